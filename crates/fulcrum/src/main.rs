@@ -1,0 +1,48 @@
+//! The `fulcrum` binary: one subcommand per verb, each in its own file under `cmd/`.
+//!
+//! `main` parses the flags, sends the subcommand to its `run` function, and turns an error into
+//! one line on stderr (`fulcrum: ` plus the cause chain) and exit status 2. Results go to
+//! stdout, progress and logs to stderr. A closed stdout (`fulcrum analyze ... | head`) is a
+//! normal end, exit 0.
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+mod cmd;
+
+/// RLVR / GRPO training with Balanced Aggregation.
+#[derive(Debug, Parser)]
+#[command(name = "fulcrum", version, about, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Tell what each aggregation rule would do to a batch of rollouts (JSONL dump).
+    Analyze(cmd::analyze::Args),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Analyze(args) => cmd::analyze::run(args),
+    };
+    match result {
+        Ok(code) => code,
+        Err(err) if is_broken_pipe(&err) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("fulcrum: {err:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn is_broken_pipe(err: &anyhow::Error) -> bool {
+    err.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}
