@@ -58,7 +58,10 @@ impl Estimator {
             Estimator::Grpo => {
                 let var = rewards.iter().map(|r| (r - mean).powi(2)).sum::<f64>() / (n - 1) as f64;
                 let std = var.sqrt();
-                rewards.iter().map(|r| (r - mean) / (std + GRPO_EPS)).collect()
+                rewards
+                    .iter()
+                    .map(|r| (r - mean) / (std + GRPO_EPS))
+                    .collect()
             }
             Estimator::Mean => rewards.iter().map(|r| r - mean).collect(),
             Estimator::Rloo => {
@@ -83,7 +86,11 @@ impl Estimator {
 impl std::str::FromStr for Estimator {
     type Err = CoreError;
     fn from_str(s: &str) -> Result<Self, CoreError> {
-        parse_name("advantage estimator", s, &Estimator::ALL.map(|e| (e.name(), e)))
+        parse_name(
+            "advantage estimator",
+            s,
+            &Estimator::ALL.map(|e| (e.name(), e)),
+        )
     }
 }
 
@@ -109,14 +116,28 @@ pub fn compute<G: Hash + Eq>(
     check_finite("rewards", rewards)?;
     check_lengths(lengths)?;
     let (dense, n_groups) = dense_group_index(groups);
-    let mut members: Vec<Vec<usize>> = vec![Vec::new(); n_groups];
+    // Counting sort of the responses by group: one flat index array, no per-group allocation.
+    let mut start = vec![0usize; n_groups + 1];
+    for &g in &dense {
+        start[g + 1] += 1;
+    }
+    for g in 0..n_groups {
+        start[g + 1] += start[g];
+    }
+    let mut order = vec![0usize; dense.len()];
+    let mut next = start.clone();
     for (i, &g) in dense.iter().enumerate() {
-        members[g].push(i);
+        order[next[g]] = i;
+        next[g] += 1;
     }
     let mut out = vec![0.0; groups.len()];
-    for idx in &members {
-        let r: Vec<f64> = idx.iter().map(|&i| rewards[i]).collect();
-        let l: Vec<f64> = idx.iter().map(|&i| lengths[i] as f64).collect();
+    let (mut r, mut l) = (Vec::new(), Vec::new());
+    for g in 0..n_groups {
+        let idx = &order[start[g]..start[g + 1]];
+        r.clear();
+        l.clear();
+        r.extend(idx.iter().map(|&i| rewards[i]));
+        l.extend(idx.iter().map(|&i| lengths[i] as f64));
         for (&i, a) in idx.iter().zip(estimator.group(&r, &l)) {
             out[i] = a;
         }
@@ -140,7 +161,14 @@ mod tests {
     #[test]
     fn rejects_nan_reward() {
         let err = compute(Estimator::Grpo, &[0, 0], &[1.0, f64::NAN], &[1, 1]).unwrap_err();
-        assert!(matches!(err, CoreError::NonFinite { field: "rewards", index: 1, .. }));
+        assert!(matches!(
+            err,
+            CoreError::NonFinite {
+                field: "rewards",
+                index: 1,
+                ..
+            }
+        ));
     }
 
     #[test]
@@ -157,7 +185,13 @@ mod tests {
 
     #[test]
     fn groups_need_not_be_adjacent() {
-        let a = compute(Estimator::Mean, &[7, 3, 7, 3], &[1.0, 0.0, 0.0, 1.0], &[1; 4]).unwrap();
+        let a = compute(
+            Estimator::Mean,
+            &[7, 3, 7, 3],
+            &[1.0, 0.0, 0.0, 1.0],
+            &[1; 4],
+        )
+        .unwrap();
         assert_eq!(a, vec![0.5, -0.5, -0.5, 0.5]);
     }
 }

@@ -15,7 +15,7 @@
 use serde::Serialize;
 
 use crate::error::{check_finite, check_len};
-use crate::stats::{cv, mean, pearson};
+use crate::stats::{mean, pearson};
 use crate::{CoreError, Rule, RuleParams, StepBatch};
 
 /// Length and group-mix diagnostics of one step batch.
@@ -134,10 +134,13 @@ pub fn rule_mass(batch: &StepBatch, weights: &[f64]) -> RuleMass {
     }
 }
 
-/// Per-group tallies for the length diagnostics.
+/// Per-group tallies for the length diagnostics (running sums: no per-group allocation).
 #[derive(Default, Clone)]
 struct GroupTally {
-    lengths: Vec<f64>,
+    n: f64,
+    /// Welford's running mean and sum of squared deviations of the lengths.
+    mean: f64,
+    m2: f64,
     has_pos: bool,
     has_neg: bool,
     all_rewards_pos: bool,
@@ -159,7 +162,10 @@ pub fn length_diagnostics(
     let mut groups = vec![init; batch.n_groups()];
     for ((g, l, a), &r) in batch.rows().zip(rewards) {
         let t = &mut groups[g];
-        t.lengths.push(l);
+        t.n += 1.0;
+        let delta = l - t.mean;
+        t.mean += delta / t.n;
+        t.m2 += delta * (l - t.mean);
         t.has_pos |= a > 0.0;
         t.has_neg |= a < 0.0;
         t.all_rewards_pos &= r > 0.0;
@@ -167,10 +173,11 @@ pub fn length_diagnostics(
     }
     let mixed = |t: &GroupTally| t.has_pos && t.has_neg;
 
+    // Population std over mean, for groups of two or more with a positive mean length.
     let cvs: Vec<f64> = groups
         .iter()
-        .filter(|t| t.lengths.len() >= 2)
-        .filter_map(|t| cv(&t.lengths))
+        .filter(|t| t.n >= 2.0 && t.mean > 0.0)
+        .map(|t| (t.m2 / t.n).max(0.0).sqrt() / t.mean)
         .collect();
 
     let (mut pos, mut neg, mut all_mixed) = (Vec::new(), Vec::new(), Vec::new());

@@ -37,13 +37,22 @@ impl ClipParams {
     pub fn validate(&self) -> Result<(), CoreError> {
         let bad = |name, why: String| Err(CoreError::InvalidParam { name, why });
         if !(self.eps_low >= 0.0 && self.eps_low < 1.0) {
-            return bad("eps_low", format!("must be in [0, 1), got {}", self.eps_low));
+            return bad(
+                "eps_low",
+                format!("must be in [0, 1), got {}", self.eps_low),
+            );
         }
         if !(self.eps_high >= 0.0 && self.eps_high.is_finite()) {
-            return bad("eps_high", format!("must be finite and >= 0, got {}", self.eps_high));
+            return bad(
+                "eps_high",
+                format!("must be finite and >= 0, got {}", self.eps_high),
+            );
         }
-        if !(self.dual_clip_c > 1.0) {
-            return bad("dual_clip_c", format!("must be > 1, got {}", self.dual_clip_c));
+        if self.dual_clip_c.is_nan() || self.dual_clip_c <= 1.0 {
+            return bad(
+                "dual_clip_c",
+                format!("must be > 1, got {}", self.dual_clip_c),
+            );
         }
         Ok(())
     }
@@ -241,16 +250,25 @@ mod tests {
 
     #[test]
     fn invalid_clip_params_are_errors() {
-        let mut p = ClipParams::default();
-        p.dual_clip_c = 1.0;
-        assert!(p.validate().is_err());
-        p = ClipParams::default();
-        p.eps_low = 1.0;
-        assert!(p.validate().is_err());
-        p = ClipParams::default();
-        p.eps_high = f64::NAN;
-        assert!(p.validate().is_err());
-        assert!(ClipParams::default().validate().is_ok());
+        let d = ClipParams::default();
+        for bad in [
+            ClipParams {
+                dual_clip_c: 1.0,
+                ..d
+            },
+            ClipParams {
+                dual_clip_c: f64::NAN,
+                ..d
+            },
+            ClipParams { eps_low: 1.0, ..d },
+            ClipParams {
+                eps_high: f64::NAN,
+                ..d
+            },
+        ] {
+            assert!(bad.validate().is_err(), "{bad:?}");
+        }
+        assert!(d.validate().is_ok());
     }
 
     #[test]
