@@ -303,3 +303,21 @@ fn empty_and_missing_files_are_errors() {
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("l_norm"), "{}", stderr(&o));
 }
+
+#[test]
+fn batch_without_gradient_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = "{\"group\":1,\"reward\":1,\"length\":4}\n{\"group\":1,\"reward\":1,\"length\":6}\n{\"group\":2,\"reward\":0,\"length\":3}\n";
+    let f = write(dir.path(), "r.jsonl", text);
+    let o = fulcrum(&["analyze", f.to_str().unwrap()]);
+    assert!(o.status.success());
+    assert!(
+        stdout(&o).contains("every rule gives this batch zero policy gradient"),
+        "{}",
+        stdout(&o)
+    );
+    let v = analyze_json(&f, &[]);
+    assert_eq!(v["diagnostics"]["frac_all_correct"].as_f64(), Some(0.5));
+    assert_eq!(v["diagnostics"]["frac_all_wrong"].as_f64(), Some(0.5));
+    assert!(v["diagnostics"]["len_gap"].is_null());
+}

@@ -66,7 +66,7 @@ fn per_token_spread(batch: &StepBatch, w: &[f64], whole: bool) -> Option<f64> {
 /// "the negative side 2.4x the push of the positive side", or "both sides the same push".
 fn push_phrase(ratio: Option<f64>) -> String {
     match ratio {
-        None => "no negative side to push".into(),
+        None => "a push to the positive side only (no negative mass)".into(),
         Some(r) if (r - 1.0).abs() <= 0.05 => {
             format!("both sides the same push (+/- mass ratio {r:.2})")
         }
@@ -149,10 +149,21 @@ fn verdict(batch: &StepBatch, diag: &Diagnostics) -> Vec<String> {
     let d = &diag.lengths;
     let mut out = Vec::new();
     let rule = |r: Rule| diag.rule(r).expect("every rule is in the diagnostics");
+    let any_mass = diag
+        .rules
+        .iter()
+        .any(|r| r.mass.mass_pos > 0.0 || r.mass.mass_neg > 0.0);
+    if !any_mass {
+        out.push(
+            "no response carries a non-zero advantage over a non-empty response: every rule gives \
+             this batch zero policy gradient (all-equal or singleton groups)"
+                .into(),
+        );
+        return out;
+    }
     if d.frac_mixed == 0.0 {
         out.push(
-            "no group mixes positive and negative advantages: the sign-length coupling cannot show, \
-             and with binary rewards no rule has anything to push"
+            "no group mixes positive and negative advantages: the sign-length coupling cannot show"
                 .into(),
         );
     }
