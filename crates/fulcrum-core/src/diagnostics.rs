@@ -58,17 +58,12 @@ pub struct RuleMass {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct RuleDiagnostics {
     /// The rule (serialised by its spec name).
-    #[serde(serialize_with = "serialize_rule")]
     pub rule: Rule,
     /// Per-response weights, in input order.
     pub weights: Vec<f64>,
     /// Masses, ratio and correlation.
     #[serde(flatten)]
     pub mass: RuleMass,
-}
-
-fn serialize_rule<S: serde::Serializer>(rule: &Rule, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_str(rule.name())
 }
 
 /// Every diagnostic of the spec for one batch, every rule included.

@@ -35,6 +35,7 @@ mod error;
 mod names;
 pub mod ppo_loss;
 pub mod rules;
+mod serde_names;
 pub mod stats;
 
 pub use advantages::Estimator;

@@ -1,0 +1,321 @@
+//! Checkpoint directories that are never half-written and never loaded when damaged.
+//!
+//! A checkpoint is a directory (`checkpoints/step-N/`, `checkpoints/final/`) whose files are
+//! written by the caller into a temporary sibling (`.tmp-step-N-<pid>`), then listed with their
+//! size and sha256 in `manifest.json` (with a format version and the caller's metadata), synced,
+//! and renamed into place. A crash at any moment leaves either the previous checkpoint or the new
+//! one, plus at most a `.tmp-*` directory that is ignored and cleaned up later. [`verify`] checks
+//! every file against the manifest before anything is loaded.
+
+use std::fs::{self, File};
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::TrainError;
+
+/// Version of the checkpoint layout; a different one is refused, never patched.
+pub const FORMAT_VERSION: u32 = 1;
+/// The manifest's file name inside a checkpoint directory.
+pub const MANIFEST: &str = "manifest.json";
+
+/// One file of a checkpoint.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FileEntry {
+    pub name: String,
+    pub bytes: u64,
+    pub sha256: String,
+}
+
+/// The manifest: format version, caller metadata (step, data position, ...), and files.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Manifest {
+    pub format_version: u32,
+    pub meta: serde_json::Value,
+    pub files: Vec<FileEntry>,
+}
+
+fn bad(path: &Path, message: impl Into<String>) -> TrainError {
+    TrainError::Checkpoint {
+        path: path.to_path_buf(),
+        message: message.into(),
+    }
+}
+
+/// sha256 of a file, hex.
+pub fn sha256_file(path: &Path) -> Result<(u64, String), TrainError> {
+    let mut f = File::open(path).map_err(TrainError::io(path))?;
+    let mut h = Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    let mut n = 0u64;
+    loop {
+        let k = f.read(&mut buf).map_err(TrainError::io(path))?;
+        if k == 0 {
+            break;
+        }
+        n += k as u64;
+        h.update(&buf[..k]);
+    }
+    Ok((n, hex(&h.finalize())))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Writes the checkpoint `dest` atomically: `fill` writes the files into a temporary directory
+/// (flat: no subdirectories), then the manifest is added, everything synced, and the directory
+/// renamed to `dest`, replacing an older one of the same name.
+pub fn write<F>(dest: &Path, meta: serde_json::Value, fill: F) -> Result<Manifest, TrainError>
+where
+    F: FnOnce(&Path) -> Result<(), TrainError>,
+{
+    let parent = dest.parent().unwrap_or(Path::new("."));
+    let name = dest
+        .file_name()
+        .ok_or_else(|| bad(dest, "checkpoint path has no directory name"))?
+        .to_string_lossy()
+        .into_owned();
+    fs::create_dir_all(parent).map_err(TrainError::io(parent))?;
+    let tmp = parent.join(format!(".tmp-{name}-{}", std::process::id()));
+    if tmp.exists() {
+        fs::remove_dir_all(&tmp).map_err(TrainError::io(&tmp))?;
+    }
+    fs::create_dir(&tmp).map_err(TrainError::io(&tmp))?;
+    fill(&tmp)?;
+
+    let mut files = Vec::new();
+    let mut names: Vec<PathBuf> = fs::read_dir(&tmp)
+        .map_err(TrainError::io(&tmp))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .collect();
+    names.sort();
+    for p in &names {
+        if !p.is_file() {
+            return Err(bad(dest, format!("{} is not a plain file", p.display())));
+        }
+        File::open(p)
+            .and_then(|f| f.sync_all())
+            .map_err(TrainError::io(p))?;
+        let (bytes, sha256) = sha256_file(p)?;
+        let name = p
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        files.push(FileEntry {
+            name,
+            bytes,
+            sha256,
+        });
+    }
+    let manifest = Manifest {
+        format_version: FORMAT_VERSION,
+        meta,
+        files,
+    };
+    let mpath = tmp.join(MANIFEST);
+    let text = serde_json::to_string_pretty(&manifest).map_err(|e| bad(dest, e.to_string()))?;
+    let mut f = File::create(&mpath).map_err(TrainError::io(&mpath))?;
+    f.write_all(text.as_bytes())
+        .map_err(TrainError::io(&mpath))?;
+    f.sync_all().map_err(TrainError::io(&mpath))?;
+    sync_dir(&tmp)?;
+
+    // Replace an existing checkpoint of the same name: move it aside first (a directory cannot
+    // be renamed over a non-empty one), then remove it once the new one is in place.
+    let old = parent.join(format!(".old-{name}-{}", std::process::id()));
+    let had_old = dest.exists();
+    if had_old {
+        fs::rename(dest, &old).map_err(TrainError::io(dest))?;
+    }
+    fs::rename(&tmp, dest).map_err(TrainError::io(dest))?;
+    sync_dir(parent)?;
+    if had_old {
+        fs::remove_dir_all(&old).map_err(TrainError::io(&old))?;
+    }
+    Ok(manifest)
+}
+
+fn sync_dir(dir: &Path) -> Result<(), TrainError> {
+    File::open(dir)
+        .and_then(|f| f.sync_all())
+        .map_err(TrainError::io(dir))
+}
+
+/// Checks a checkpoint directory against its manifest: format version, every listed file
+/// present with its size and sha256. Returns the manifest.
+pub fn verify(dir: &Path) -> Result<Manifest, TrainError> {
+    let mpath = dir.join(MANIFEST);
+    if !dir.is_dir() {
+        return Err(bad(dir, "not a directory"));
+    }
+    let text = fs::read_to_string(&mpath).map_err(|e| {
+        bad(
+            dir,
+            format!("cannot read {MANIFEST}: {e} (incomplete or not a fulcrum checkpoint)"),
+        )
+    })?;
+    let manifest: Manifest =
+        serde_json::from_str(&text).map_err(|e| bad(dir, format!("{MANIFEST} is corrupt: {e}")))?;
+    if manifest.format_version != FORMAT_VERSION {
+        return Err(bad(
+            dir,
+            format!(
+                "format version {} is not supported (this build reads version {FORMAT_VERSION})",
+                manifest.format_version
+            ),
+        ));
+    }
+    for entry in &manifest.files {
+        if entry.name.contains('/') || entry.name.contains("..") {
+            return Err(bad(
+                dir,
+                format!("{MANIFEST} lists an unsafe file name {:?}", entry.name),
+            ));
+        }
+        let p = dir.join(&entry.name);
+        let (bytes, sha) =
+            sha256_file(&p).map_err(|_| bad(dir, format!("{} is missing", entry.name)))?;
+        if bytes != entry.bytes {
+            return Err(bad(
+                dir,
+                format!(
+                    "{} is {bytes} bytes, the manifest says {} (truncated?)",
+                    entry.name, entry.bytes
+                ),
+            ));
+        }
+        if sha != entry.sha256 {
+            return Err(bad(
+                dir,
+                format!("{} does not match its sha256 (corrupt)", entry.name),
+            ));
+        }
+    }
+    Ok(manifest)
+}
+
+/// The `step-N` checkpoints under `dir`, sorted by step (temporary directories ignored).
+pub fn list_steps(dir: &Path) -> Result<Vec<(u64, PathBuf)>, TrainError> {
+    if !dir.exists() {
+        return Ok(Vec::new());
+    }
+    let mut out: Vec<(u64, PathBuf)> = fs::read_dir(dir)
+        .map_err(TrainError::io(dir))?
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let step = name.strip_prefix("step-")?.parse().ok()?;
+            Some((step, e.path()))
+        })
+        .collect();
+    out.sort();
+    Ok(out)
+}
+
+/// Removes `.tmp-*` and `.old-*` leftovers of an interrupted write.
+pub fn clean_leftovers(dir: &Path) -> Result<(), TrainError> {
+    if !dir.exists() {
+        return Ok(());
+    }
+    for e in fs::read_dir(dir)
+        .map_err(TrainError::io(dir))?
+        .filter_map(|e| e.ok())
+    {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if name.starts_with(".tmp-") || name.starts_with(".old-") {
+            fs::remove_dir_all(e.path()).map_err(TrainError::io(e.path()))?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fill(text: &'static str) -> impl FnOnce(&Path) -> Result<(), TrainError> {
+        move |d: &Path| {
+            fs::write(d.join("model.safetensors"), text).unwrap();
+            fs::write(d.join("state.json"), "{}").unwrap();
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn written_checkpoint_verifies_and_replaces_an_old_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let dest = dir.path().join("checkpoints/step-3");
+        write(&dest, serde_json::json!({"step": 3}), fill("first")).unwrap();
+        let m = write(&dest, serde_json::json!({"step": 3}), fill("second")).unwrap();
+        assert_eq!(verify(&dest).unwrap(), m);
+        assert_eq!(
+            fs::read_to_string(dest.join("model.safetensors")).unwrap(),
+            "second"
+        );
+        let names: Vec<_> = fs::read_dir(dir.path().join("checkpoints"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, vec![std::ffi::OsString::from("step-3")]);
+    }
+
+    #[test]
+    fn truncated_corrupt_or_incomplete_checkpoints_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let dest = dir.path().join("step-1");
+        write(&dest, serde_json::json!({}), fill("weights!")).unwrap();
+        fs::write(dest.join("model.safetensors"), "weights").unwrap();
+        assert!(verify(&dest).unwrap_err().to_string().contains("truncated"));
+        fs::write(dest.join("model.safetensors"), "weightz!").unwrap();
+        assert!(verify(&dest).unwrap_err().to_string().contains("corrupt"));
+        fs::remove_file(dest.join("model.safetensors")).unwrap();
+        assert!(verify(&dest).unwrap_err().to_string().contains("missing"));
+        fs::write(dest.join(MANIFEST), "{\"format_version\": 1, \"meta\"").unwrap();
+        assert!(verify(&dest).unwrap_err().to_string().contains("corrupt"));
+        fs::remove_file(dest.join(MANIFEST)).unwrap();
+        assert!(verify(&dest)
+            .unwrap_err()
+            .to_string()
+            .contains("incomplete"));
+    }
+
+    #[test]
+    fn other_format_versions_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let dest = dir.path().join("step-1");
+        write(&dest, serde_json::json!({}), fill("w")).unwrap();
+        let text = fs::read_to_string(dest.join(MANIFEST))
+            .unwrap()
+            .replace("\"format_version\": 1", "\"format_version\": 99");
+        fs::write(dest.join(MANIFEST), text).unwrap();
+        assert!(verify(&dest)
+            .unwrap_err()
+            .to_string()
+            .contains("format version 99"));
+    }
+
+    #[test]
+    fn steps_are_listed_in_order_and_leftovers_cleaned() {
+        let dir = tempfile::tempdir().unwrap();
+        for s in [10, 2, 30] {
+            write(
+                &dir.path().join(format!("step-{s}")),
+                serde_json::json!({}),
+                fill("w"),
+            )
+            .unwrap();
+        }
+        fs::create_dir(dir.path().join(".tmp-step-40-1")).unwrap();
+        let steps: Vec<u64> = list_steps(dir.path())
+            .unwrap()
+            .into_iter()
+            .map(|(s, _)| s)
+            .collect();
+        assert_eq!(steps, vec![2, 10, 30]);
+        clean_leftovers(dir.path()).unwrap();
+        assert!(!dir.path().join(".tmp-step-40-1").exists());
+    }
+}
