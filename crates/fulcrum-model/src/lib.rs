@@ -1,0 +1,15 @@
+//! fulcrum-model: the policy that samples responses and learns.
+//!
+//! One decoder-only transformer ([`transformer::Transformer`]) on libtorch through `tch`,
+//! configured for Llama, Qwen2/2.5 and Qwen3 ([`config::ModelConfig`]); loading from HF folders
+//! and GGUF files; a KV-cache batched sampler; per-token log-probabilities for training; AdamW;
+//! checkpoints as safetensors.
+pub mod config;
+pub mod device;
+pub mod error;
+pub mod kv_cache;
+pub mod transformer;
+
+pub use config::{Arch, ModelConfig};
+pub use device::DeviceChoice;
+pub use error::{ModelError, Result};
