@@ -67,6 +67,8 @@ pub struct HfConfig {
     pub attention_bias: Option<bool>,
     pub hidden_act: Option<String>,
     pub rope_scaling: Option<serde_json::Value>,
+    /// transformers 5 writes the RoPE base here (`{"rope_type": "default", "rope_theta": ..}`).
+    pub rope_parameters: Option<serde_json::Value>,
     pub use_sliding_window: Option<bool>,
     pub bos_token_id: Option<i64>,
     pub eos_token_id: Option<OneOrMany>,
@@ -125,11 +127,20 @@ impl HfConfig {
                 ))
             }
         };
-        if let Some(scaling) = &self.rope_scaling {
-            if !scaling.is_null() {
-                return Err(err("rope_scaling", format!("not supported: {scaling}")));
+        for (field, value) in [("rope_scaling", &self.rope_scaling), ("rope_parameters", &self.rope_parameters)] {
+            let Some(value) = value.as_ref().filter(|v| !v.is_null()) else {
+                continue;
+            };
+            let kind = value.get("rope_type").or_else(|| value.get("type"));
+            if kind.and_then(|k| k.as_str()) != Some("default") {
+                return Err(err(field, format!("only default RoPE is supported, got {value}")));
             }
         }
+        let nested_theta = self
+            .rope_parameters
+            .as_ref()
+            .and_then(|v| v.get("rope_theta"))
+            .and_then(|v| v.as_f64());
         if self.use_sliding_window == Some(true) {
             return Err(err("use_sliding_window", "sliding-window attention is not supported".into()));
         }
@@ -182,7 +193,7 @@ impl HfConfig {
             num_kv_heads,
             head_dim,
             rms_norm_eps: self.rms_norm_eps.unwrap_or(1e-6),
-            rope_theta: self.rope_theta.unwrap_or(10_000.0),
+            rope_theta: self.rope_theta.or(nested_theta).unwrap_or(10_000.0),
             max_position_embeddings: self.max_position_embeddings.unwrap_or(4096),
             qkv_bias,
             qk_norm: arch == Arch::Qwen3,
