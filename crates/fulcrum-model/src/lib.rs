@@ -10,7 +10,10 @@ pub mod device;
 pub mod error;
 pub mod kv_cache;
 pub mod load;
+pub mod logprobs;
 pub mod model;
+pub mod rng;
+pub mod sampler;
 pub mod tokenizer;
 pub mod transformer;
 
@@ -20,3 +23,5 @@ pub use device::DeviceChoice;
 pub use error::{ModelError, Result};
 pub use model::Model;
 pub use tokenizer::Tokenizer;
+pub use sampler::{generate, Completion, Finish, SampleRequest, Sampling};
+pub use logprobs::{sequence_logprobs, token_logprobs, weighted_sum, TokenLogprobs};
