@@ -1,0 +1,27 @@
+//! fulcrum-model: the policy that samples responses and learns.
+//!
+//! One decoder-only transformer ([`transformer::Transformer`]) on libtorch through `tch`,
+//! configured for Llama, Qwen2/2.5 and Qwen3 ([`config::ModelConfig`]); [`Model`] bundles it
+//! with its tokenizer and chat template and loads HF folders and GGUF files; a KV-cache batched
+//! sampler; per-token log-probabilities for training; AdamW; checkpoints as safetensors.
+pub mod chat_template;
+pub mod config;
+pub mod device;
+pub mod error;
+pub mod kv_cache;
+pub mod load;
+pub mod logprobs;
+pub mod model;
+pub mod rng;
+pub mod sampler;
+pub mod tokenizer;
+pub mod transformer;
+
+pub use chat_template::{ChatTemplate, Message};
+pub use config::{Arch, ModelConfig};
+pub use device::DeviceChoice;
+pub use error::{ModelError, Result};
+pub use model::Model;
+pub use tokenizer::Tokenizer;
+pub use sampler::{generate, Completion, Finish, SampleRequest, Sampling};
+pub use logprobs::{sequence_logprobs, token_logprobs, weighted_sum, TokenLogprobs};

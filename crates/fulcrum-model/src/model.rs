@@ -1,0 +1,182 @@
+//! [`Model`]: a transformer with its VarStore, tokenizer and chat template; how to get one
+//! (built-in `tiny`, an HF folder, a GGUF file) and how to write it as an HF folder.
+
+use std::path::Path;
+
+use tch::nn::VarStore;
+use tch::{Device, Kind, Tensor};
+
+use crate::chat_template::ChatTemplate;
+use crate::config::ModelConfig;
+use crate::error::{ModelError, Result, TorchContext};
+use crate::load;
+use crate::tokenizer::Tokenizer;
+use crate::transformer::Transformer;
+
+/// A policy model ready to run.
+pub struct Model {
+    vs: VarStore,
+    net: Transformer,
+    tokenizer: Option<Tokenizer>,
+    chat: Option<ChatTemplate>,
+}
+
+impl std::fmt::Debug for Model {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Model")
+            .field("config", self.net.config())
+            .field("device", &self.vs.device())
+            .field("kind", &self.net.kind())
+            .finish()
+    }
+}
+
+impl Model {
+    /// A randomly initialised model. libtorch's global generator is seeded with `seed` first,
+    /// so the same seed gives the same weights.
+    pub fn random(cfg: &ModelConfig, device: Device, seed: u64) -> Self {
+        tch::manual_seed(seed as i64);
+        let vs = VarStore::new(device);
+        let net = Transformer::new(&vs.root(), cfg);
+        Model {
+            vs,
+            net,
+            tokenizer: None,
+            chat: None,
+        }
+    }
+
+    /// The built-in tiny model with the character tokenizer, randomly initialised.
+    pub fn tiny(device: Device, seed: u64) -> Result<Self> {
+        let tokenizer = Tokenizer::chars()?;
+        let eos = tokenizer
+            .token_id("<eos>")
+            .ok_or_else(|| ModelError::Tokenizer("character tokenizer lacks <eos>".into()))?;
+        // Round the vocabulary up to a multiple of 64 for friendlier GEMM shapes.
+        let vocab = (tokenizer.vocab_size() as i64 + 63) / 64 * 64;
+        let mut model = Model::random(&ModelConfig::tiny(vocab, eos), device, seed);
+        model.tokenizer = Some(tokenizer);
+        Ok(model)
+    }
+
+    /// Load `spec`: `tiny` (random, seed 0), an HF folder, or a `.gguf` file.
+    pub fn load(spec: &str, device: Device) -> Result<Self> {
+        if spec == "tiny" {
+            return Model::tiny(device, 0);
+        }
+        let path = Path::new(spec);
+        if path.is_dir() {
+            Model::load_hf(path, device)
+        } else if path.extension().is_some_and(|e| e.eq_ignore_ascii_case("gguf")) {
+            Model::load_gguf(path, device)
+        } else if path.exists() {
+            Err(ModelError::Invalid(format!(
+                "{spec}: expected `tiny`, an HF model folder or a .gguf file"
+            )))
+        } else {
+            Err(ModelError::io(path, std::io::Error::new(std::io::ErrorKind::NotFound, "no such file or folder")))
+        }
+    }
+
+    /// Load an HF folder (see `load/hf.rs`).
+    pub fn load_hf(dir: &Path, device: Device) -> Result<Self> {
+        let folder = load::hf::read_folder(dir)?;
+        let mut model = Model::random(&folder.config, device, 0);
+        load::copy_weights(&model.vs, folder.tensors, &folder.weights_path)?;
+        model.tokenizer = folder.tokenizer;
+        model.chat = folder.chat;
+        Ok(model)
+    }
+
+    /// Load a GGUF file, dequantised to f32 (see `load/gguf.rs`).
+    pub fn load_gguf(path: &Path, device: Device) -> Result<Self> {
+        let file = load::gguf::read_gguf(path)?;
+        let mut model = Model::random(&file.config, device, 0);
+        load::copy_weights(&model.vs, file.tensors, path)?;
+        model.tokenizer = Some(file.tokenizer);
+        model.chat = file.chat;
+        Ok(model)
+    }
+
+    pub fn config(&self) -> &ModelConfig {
+        self.net.config()
+    }
+
+    pub fn net(&self) -> &Transformer {
+        &self.net
+    }
+
+    pub fn var_store(&self) -> &VarStore {
+        &self.vs
+    }
+
+    pub fn device(&self) -> Device {
+        self.vs.device()
+    }
+
+    /// Cast every parameter to `kind` (`Float`, or `BFloat16` on a GPU).
+    pub fn set_kind(&mut self, kind: Kind) {
+        self.vs.set_kind(kind);
+    }
+
+    /// The tokenizer, or an error saying the model came without one.
+    pub fn tokenizer(&self) -> Result<&Tokenizer> {
+        self.tokenizer
+            .as_ref()
+            .ok_or_else(|| ModelError::Tokenizer("this model has no tokenizer (no tokenizer.json)".into()))
+    }
+
+    /// The chat template, or an error saying the model came without one.
+    pub fn chat_template(&self) -> Result<&ChatTemplate> {
+        self.chat
+            .as_ref()
+            .ok_or_else(|| ModelError::ChatTemplate("this model has no chat template".into()))
+    }
+
+    /// Token ids that end a sequence: the config's EOS ids, plus ChatML's `<|im_end|>` when the
+    /// model has a chat template.
+    pub fn stop_token_ids(&self) -> Vec<i64> {
+        let mut ids = self.config().eos_token_ids.clone();
+        if let (Some(_), Some(tok)) = (&self.chat, &self.tokenizer) {
+            if let Some(end) = tok.token_id("<|im_end|>") {
+                if !ids.contains(&end) {
+                    ids.push(end);
+                }
+            }
+        }
+        ids
+    }
+
+    /// Write an HF folder: `config.json`, `model.safetensors` (in the current dtype),
+    /// `tokenizer.json` and `tokenizer_config.json` when present. The folder is created.
+    pub fn save(&self, dir: &Path) -> Result<()> {
+        std::fs::create_dir_all(dir).map_err(|e| ModelError::io(dir, e))?;
+        let config_path = dir.join("config.json");
+        let text = serde_json::to_string_pretty(&self.config().to_hf_json()).map_err(|e| ModelError::Json {
+            path: config_path.clone(),
+            message: e.to_string(),
+        })?;
+        std::fs::write(&config_path, text).map_err(|e| ModelError::io(&config_path, e))?;
+        let weights = dir.join("model.safetensors");
+        save_named(&self.vs.variables().into_iter().collect::<Vec<_>>(), &weights)?;
+        if let Some(tok) = &self.tokenizer {
+            tok.save(&dir.join("tokenizer.json"))?;
+        }
+        if let Some(chat) = &self.chat {
+            let path = dir.join("tokenizer_config.json");
+            let json = serde_json::json!({ "chat_template": chat.source });
+            std::fs::write(&path, json.to_string()).map_err(|e| ModelError::io(&path, e))?;
+        }
+        Ok(())
+    }
+}
+
+/// Write named tensors (any device) to a safetensors file, sorted by name.
+pub(crate) fn save_named(named: &[(String, Tensor)], path: &Path) -> Result<()> {
+    let mut cpu: Vec<(String, Tensor)> = named
+        .iter()
+        .map(|(n, t)| (n.clone(), t.detach().to_device(Device::Cpu).contiguous()))
+        .collect();
+    cpu.sort_by(|a, b| a.0.cmp(&b.0));
+    Tensor::write_safetensors(&cpu, path).ctx(|| format!("writing {}", path.display()))
+}

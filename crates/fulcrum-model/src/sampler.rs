@@ -1,0 +1,267 @@
+//! Batched autoregressive sampling with a preallocated KV cache.
+//!
+//! Steps (numbered as in the code): 1 left-pad the distinct prompts so they end together,
+//! 2 prefill them once, 3 replicate each prompt's cache rows into its G samples, 4 decode all
+//! rows together, one token per step, sampling the whole batch at once, 5 drop finished rows
+//! from the batch (and the cache). Padding is masked and positions start at each prompt's first
+//! real token, so a prompt's output does not depend on what else is in the batch.
+//!
+//! Returned per completion: the sampled token ids (including the stop token that ended it), and
+//! the log-probability of each under the distribution actually sampled from (temperature,
+//! top-k and top-p applied). With temperature 1 and no top-k/top-p this is exactly what
+//! `logprobs::token_logprobs` computes in training. Greedy decoding reports the log-probability
+//! under the untempered softmax. The sampler knows token ids only; stop strings need a tokenizer.
+
+use tch::{Kind, Tensor};
+
+use crate::error::{ModelError, Result, TorchContext};
+use crate::kv_cache::KvCache;
+use crate::rng::SplitMix64;
+use crate::tokenizer::Tokenizer;
+use crate::transformer::{AttnMask, Transformer};
+
+/// How the next token is chosen.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Sampling {
+    /// The most likely token.
+    Greedy,
+    /// Draw from softmax(logits / temperature), optionally restricted to the `top_k` most likely
+    /// tokens and then to the smallest set whose probability reaches `top_p`.
+    Sample {
+        temperature: f64,
+        top_k: Option<i64>,
+        top_p: Option<f64>,
+    },
+}
+
+impl Sampling {
+    fn validate(&self) -> Result<()> {
+        if let Sampling::Sample { temperature, top_k, top_p } = *self {
+            if !(temperature > 0.0 && temperature.is_finite()) {
+                return Err(ModelError::Invalid(format!("temperature must be > 0, got {temperature}")));
+            }
+            if top_k.is_some_and(|k| k < 1) {
+                return Err(ModelError::Invalid(format!("top_k must be >= 1, got {top_k:?}")));
+            }
+            if top_p.is_some_and(|p| !(p > 0.0 && p <= 1.0)) {
+                return Err(ModelError::Invalid(format!("top_p must be in (0, 1], got {top_p:?}")));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A batch of prompts to complete.
+#[derive(Debug, Clone)]
+pub struct SampleRequest {
+    /// Token ids of each distinct prompt.
+    pub prompts: Vec<Vec<i64>>,
+    /// Completions per prompt (G in GRPO).
+    pub samples_per_prompt: usize,
+    pub max_new_tokens: usize,
+    pub sampling: Sampling,
+    /// Row (prompt p, sample g) draws from the stream seeded by (seed, p, g).
+    pub seed: u64,
+    /// A sampled token in this list ends its sequence (it is kept in the output).
+    pub stop_token_ids: Vec<i64>,
+    /// A decoded completion containing one of these ends (needs a tokenizer).
+    pub stop_strings: Vec<String>,
+}
+
+/// Why a completion ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Finish {
+    StopToken(i64),
+    StopString(String),
+    Length,
+}
+
+/// One sampled completion.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Completion {
+    pub prompt_index: usize,
+    pub sample_index: usize,
+    pub tokens: Vec<i64>,
+    pub logprobs: Vec<f32>,
+    pub finish: Finish,
+}
+
+/// Choose the next token of every row: `(tokens [B] int64, logprobs [B] f32)` for float
+/// `logits` `[B, V]`, drawing one uniform per row from `rngs`.
+pub fn sample_next(logits: &Tensor, sampling: Sampling, rngs: &mut [SplitMix64]) -> Result<(Tensor, Tensor)> {
+    let logits = logits.to_kind(Kind::Float);
+    match sampling {
+        Sampling::Greedy => {
+            let tokens = logits.argmax(-1, true);
+            let logp = logits.log_softmax(-1, Kind::Float).gather(1, &tokens, false);
+            Ok((tokens.squeeze_dim(1), logp.squeeze_dim(1)))
+        }
+        Sampling::Sample { temperature, top_k, top_p } => {
+            let vocab = logits.size()[1];
+            let mut scaled = &logits / temperature;
+            if let Some(k) = top_k.filter(|&k| k < vocab) {
+                let (top, _) = scaled.topk(k, -1, true, true);
+                let kth = top.narrow(1, k - 1, 1);
+                scaled = scaled.masked_fill(&scaled.lt_tensor(&kth), f64::NEG_INFINITY);
+            }
+            if let Some(p) = top_p.filter(|&p| p < 1.0) {
+                let (sorted, order) = scaled.sort(-1, true);
+                let probs = sorted.softmax(-1, Kind::Float);
+                // Drop a token when the tokens before it already reach p (the first always stays).
+                let before = probs.cumsum(-1, Kind::Float) - &probs;
+                let drop_sorted = before.ge(p);
+                let drop = drop_sorted.scatter(1, &order, &drop_sorted);
+                scaled = scaled.masked_fill(&drop, f64::NEG_INFINITY);
+            }
+            let logp_all = scaled.log_softmax(-1, Kind::Float);
+            let cdf = logp_all.exp().to_kind(Kind::Double).cumsum(-1, Kind::Double);
+            let u: Vec<f64> = rngs.iter_mut().map(|r| r.uniform()).collect();
+            let u = Tensor::from_slice(&u).to_device(logits.device()).unsqueeze(1);
+            // Scale u to the total so that rounding in the cumulative sum cannot pick a
+            // zero-probability token at the end.
+            let u = u * cdf.narrow(1, vocab - 1, 1);
+            let tokens = cdf.lt_tensor(&u).sum_dim_intlist(-1, true, Kind::Int64).clamp_max(vocab - 1);
+            let logp = logp_all.gather(1, &tokens, false);
+            Ok((tokens.squeeze_dim(1), logp.squeeze_dim(1)))
+        }
+    }
+}
+
+/// Sample completions for every prompt (see the module header). Runs under `no_grad`.
+/// Completions come back prompt-major: `[p0 g0, p0 g1, ..., p1 g0, ...]`.
+pub fn generate(net: &Transformer, req: &SampleRequest, tokenizer: Option<&Tokenizer>) -> Result<Vec<Completion>> {
+    req.sampling.validate()?;
+    if req.prompts.is_empty() || req.samples_per_prompt == 0 {
+        return Ok(vec![]);
+    }
+    if let Some(i) = req.prompts.iter().position(|p| p.is_empty()) {
+        return Err(ModelError::Invalid(format!("prompt {i} is empty")));
+    }
+    let vocab = net.config().vocab_size;
+    for (i, p) in req.prompts.iter().enumerate() {
+        if let Some(bad) = p.iter().find(|&&t| t < 0 || t >= vocab) {
+            return Err(ModelError::Invalid(format!("prompt {i} has token id {bad} outside the vocabulary (size {vocab})")));
+        }
+    }
+    if !req.stop_strings.is_empty() && tokenizer.is_none() {
+        return Err(ModelError::Invalid("stop strings need a tokenizer".into()));
+    }
+    tch::no_grad(|| run(net, req, tokenizer))
+}
+
+fn run(net: &Transformer, req: &SampleRequest, tokenizer: Option<&Tokenizer>) -> Result<Vec<Completion>> {
+    let device = net.device();
+    let n_prompts = req.prompts.len() as i64;
+    let g = req.samples_per_prompt as i64;
+    let max_len = req.prompts.iter().map(Vec::len).max().unwrap_or(0) as i64;
+    let capacity = max_len + req.max_new_tokens as i64;
+
+    // 1. Left-pad so every prompt ends at position max_len - 1.
+    let pads: Vec<i64> = req.prompts.iter().map(|p| max_len - p.len() as i64).collect();
+    let mut ids = vec![0i64; (n_prompts * max_len) as usize];
+    for (r, p) in req.prompts.iter().enumerate() {
+        let start = r * max_len as usize + pads[r] as usize;
+        ids[start..start + p.len()].copy_from_slice(p);
+    }
+    let ids = Tensor::from_slice(&ids).view([n_prompts, max_len]).to_device(device);
+    let pad = Tensor::from_slice(&pads).to_device(device);
+    let steps = Tensor::arange(max_len, (Kind::Int64, device));
+    let positions = (steps.unsqueeze(0) - pad.unsqueeze(1)).clamp_min(0);
+    let any_pad = pads.iter().any(|&p| p > 0);
+
+    // 2. Prefill each distinct prompt once.
+    let mut cache = KvCache::new(net.config(), n_prompts, capacity, net.kind(), device)?;
+    let prefill_mask;
+    let mask = if any_pad {
+        let q = steps.view([1, max_len, 1]);
+        let k = steps.view([1, 1, max_len]);
+        let allowed = k.le_tensor(&q).logical_and(&k.ge_tensor(&pad.view([n_prompts, 1, 1])));
+        prefill_mask = allowed.logical_or(&k.eq_tensor(&q)).unsqueeze(1);
+        AttnMask::Explicit(&prefill_mask)
+    } else {
+        AttnMask::Causal
+    };
+    let hidden = net.forward_hidden(&ids, &positions, &mask, Some(&mut cache))?;
+    let mut logits = net.logits(&hidden.select(1, max_len - 1));
+
+    // 3. Replicate each prompt into its G rows.
+    let rows = Tensor::arange(n_prompts, (Kind::Int64, device)).repeat_interleave_self_int(g, 0, None::<i64>);
+    cache.select_rows(&rows)?;
+    logits = logits.index_select(0, &rows);
+    let mut pad = pad.index_select(0, &rows);
+    let mut key_valid = Tensor::arange(capacity, (Kind::Int64, device))
+        .unsqueeze(0)
+        .ge_tensor(&pad.unsqueeze(1));
+    let mut any_pad = any_pad;
+    let mut active: Vec<usize> = (0..(n_prompts * g) as usize).collect();
+    let mut rngs: Vec<SplitMix64> = active
+        .iter()
+        .map(|&r| SplitMix64::for_stream(req.seed, (r / g as usize) as u64, (r % g as usize) as u64))
+        .collect();
+    let mut out: Vec<Completion> = active
+        .iter()
+        .map(|&r| Completion {
+            prompt_index: r / g as usize,
+            sample_index: r % g as usize,
+            tokens: vec![],
+            logprobs: vec![],
+            finish: Finish::Length,
+        })
+        .collect();
+
+    // 4. Decode.
+    for step in 0..req.max_new_tokens {
+        let (tokens, logp) = sample_next(&logits, req.sampling, &mut rngs)?;
+        let tok_host = Vec::<i64>::try_from(&tokens).ctx(|| "reading sampled tokens".into())?;
+        let logp_host = Vec::<f32>::try_from(&logp.to_kind(Kind::Float)).ctx(|| "reading log-probabilities".into())?;
+        let mut keep = Vec::with_capacity(active.len());
+        for (i, &row) in active.iter().enumerate() {
+            let c = &mut out[row];
+            c.tokens.push(tok_host[i]);
+            c.logprobs.push(logp_host[i]);
+            if req.stop_token_ids.contains(&tok_host[i]) {
+                c.finish = Finish::StopToken(tok_host[i]);
+            } else if let Some(s) = stop_string_hit(tokenizer, &c.tokens, &req.stop_strings)? {
+                c.finish = Finish::StopString(s);
+            } else {
+                keep.push(i as i64);
+            }
+        }
+        if keep.is_empty() || step + 1 == req.max_new_tokens {
+            break;
+        }
+        // 5. Drop finished rows from the batch and the cache.
+        let mut next = tokens;
+        if keep.len() < active.len() {
+            let idx = Tensor::from_slice(&keep).to_device(device);
+            cache.select_rows(&idx)?;
+            pad = pad.index_select(0, &idx);
+            key_valid = key_valid.index_select(0, &idx);
+            next = next.index_select(0, &idx);
+            active = keep.iter().map(|&i| active[i as usize]).collect();
+            rngs = keep.iter().map(|&i| rngs[i as usize].clone()).collect();
+            any_pad = pad.max().int64_value(&[]) > 0;
+        }
+        let b = active.len() as i64;
+        let len = cache.len();
+        let pos = (Tensor::full([b], len, (Kind::Int64, device)) - &pad).unsqueeze(1);
+        let step_mask;
+        let mask = if any_pad {
+            step_mask = key_valid.narrow(1, 0, len + 1).view([b, 1, 1, len + 1]);
+            AttnMask::Explicit(&step_mask)
+        } else {
+            AttnMask::None
+        };
+        let hidden = net.forward_hidden(&next.unsqueeze(1), &pos, &mask, Some(&mut cache))?;
+        logits = net.logits(&hidden.select(1, 0));
+    }
+    Ok(out)
+}
+
+fn stop_string_hit(tokenizer: Option<&Tokenizer>, tokens: &[i64], stops: &[String]) -> Result<Option<String>> {
+    let Some(tok) = tokenizer.filter(|_| !stops.is_empty()) else {
+        return Ok(None);
+    };
+    let text = tok.decode(tokens, true)?;
+    Ok(stops.iter().find(|s| text.contains(s.as_str())).cloned())
+}

@@ -1,0 +1,352 @@
+//! The decoder-only transformer: Llama, Qwen2/2.5 and Qwen3 in one implementation.
+//!
+//! Built bottom-up (RmsNorm, Linear, Mlp, Attention, DecoderLayer, Transformer); every parameter
+//! is created under its HF name (`model.layers.3.self_attn.q_proj.weight`, ...), so loading is a
+//! name-for-name copy. The differences between families are config fields: q/k/v biases,
+//! per-head q/k RMSNorm (Qwen3), explicit head dimension, tied LM head, RoPE base.
+//! Attention is libtorch's scaled-dot-product attention (fused kernels with a backward pass);
+//! RoPE is the rotate-half form HF uses. The KV cache is not hidden in the layers: callers pass a
+//! [`KvCache`] explicitly. Not here: sampling (`sampler.rs`), log-probabilities (`logprobs.rs`).
+
+use tch::nn::{self, Init};
+use tch::{Device, Kind, Tensor};
+
+use crate::config::ModelConfig;
+use crate::error::{ModelError, Result, TorchContext};
+use crate::kv_cache::KvCache;
+
+/// Standard deviation of the random initialisation (as HF's `initializer_range`).
+const INIT_STD: f64 = 0.02;
+
+/// Root-mean-square normalisation with a learned scale.
+#[derive(Debug)]
+pub struct RmsNorm {
+    weight: Tensor,
+    eps: f64,
+}
+
+impl RmsNorm {
+    pub fn new(p: nn::Path, dim: i64, eps: f64) -> Self {
+        RmsNorm {
+            weight: p.var("weight", &[dim], Init::Const(1.0)),
+            eps,
+        }
+    }
+
+    pub fn forward(&self, xs: &Tensor) -> Tensor {
+        let dim = *xs.size().last().unwrap_or(&0);
+        xs.rms_norm([dim], Some(&self.weight), self.eps)
+    }
+}
+
+/// `y = x W^T + b`, weight `[out, in]` as in HF checkpoints.
+#[derive(Debug)]
+pub struct Linear {
+    weight: Tensor,
+    bias: Option<Tensor>,
+}
+
+impl Linear {
+    pub fn new(p: nn::Path, in_dim: i64, out_dim: i64, bias: bool) -> Self {
+        let init = Init::Randn {
+            mean: 0.0,
+            stdev: INIT_STD,
+        };
+        Linear {
+            weight: p.var("weight", &[out_dim, in_dim], init),
+            bias: bias.then(|| p.var("bias", &[out_dim], Init::Const(0.0))),
+        }
+    }
+
+    pub fn forward(&self, xs: &Tensor) -> Tensor {
+        xs.linear(&self.weight, self.bias.as_ref())
+    }
+}
+
+/// The SwiGLU feed-forward block: `down(silu(gate(x)) * up(x))`.
+#[derive(Debug)]
+pub struct Mlp {
+    gate_proj: Linear,
+    up_proj: Linear,
+    down_proj: Linear,
+}
+
+impl Mlp {
+    pub fn new(p: nn::Path, cfg: &ModelConfig) -> Self {
+        let (d, f) = (cfg.hidden_size, cfg.intermediate_size);
+        Mlp {
+            gate_proj: Linear::new(&p / "gate_proj", d, f, false),
+            up_proj: Linear::new(&p / "up_proj", d, f, false),
+            down_proj: Linear::new(&p / "down_proj", f, d, false),
+        }
+    }
+
+    pub fn forward(&self, xs: &Tensor) -> Tensor {
+        let gate = self.gate_proj.forward(xs).silu();
+        self.down_proj.forward(&(gate * self.up_proj.forward(xs)))
+    }
+}
+
+/// Rotary position embedding tables for a batch of positions.
+#[derive(Debug)]
+pub struct Rope {
+    inv_freq: Tensor,
+}
+
+impl Rope {
+    fn new(cfg: &ModelConfig, device: Device) -> Self {
+        let half = cfg.head_dim / 2;
+        let exponents = Tensor::arange(half, (Kind::Double, device)) * 2.0 / cfg.head_dim as f64;
+        let inv_freq = Tensor::from(cfg.rope_theta)
+            .to_device(device)
+            .pow(&exponents)
+            .reciprocal()
+            .to_kind(Kind::Float);
+        Rope { inv_freq }
+    }
+
+    /// `(cos, sin)`, each `[batch, 1, seq, head_dim]` in `kind`, for int64 `positions` `[batch, seq]`.
+    fn tables(&self, positions: &Tensor, kind: Kind) -> (Tensor, Tensor) {
+        let freqs = positions.to_kind(Kind::Float).unsqueeze(-1) * &self.inv_freq;
+        let emb = Tensor::cat(&[&freqs, &freqs], -1).unsqueeze(1);
+        (emb.cos().to_kind(kind), emb.sin().to_kind(kind))
+    }
+}
+
+fn apply_rope(xs: &Tensor, cos: &Tensor, sin: &Tensor) -> Tensor {
+    let half = xs.size()[3] / 2;
+    let x1 = xs.narrow(3, 0, half);
+    let x2 = xs.narrow(3, half, half);
+    let rotated = Tensor::cat(&[&x2.neg(), &x1], 3);
+    xs * cos + rotated * sin
+}
+
+/// How attention is masked in one forward.
+#[derive(Debug)]
+pub enum AttnMask<'a> {
+    /// Plain causal attention over the sequence (training, unpadded prefill).
+    Causal,
+    /// No mask: every query sees every key (one decode step without padding).
+    None,
+    /// Boolean `[batch, 1, queries, keys]`, true where attention is allowed.
+    Explicit(&'a Tensor),
+}
+
+/// Grouped-query self-attention with optional q/k/v biases and per-head q/k norms.
+#[derive(Debug)]
+pub struct Attention {
+    q_proj: Linear,
+    k_proj: Linear,
+    v_proj: Linear,
+    o_proj: Linear,
+    q_norm: Option<RmsNorm>,
+    k_norm: Option<RmsNorm>,
+    num_heads: i64,
+    num_kv_heads: i64,
+    head_dim: i64,
+}
+
+impl Attention {
+    pub fn new(p: nn::Path, cfg: &ModelConfig) -> Self {
+        let d = cfg.hidden_size;
+        let q = cfg.num_heads * cfg.head_dim;
+        let kv = cfg.num_kv_heads * cfg.head_dim;
+        let norm = |name: &str| RmsNorm::new(&p / name, cfg.head_dim, cfg.rms_norm_eps);
+        Attention {
+            q_proj: Linear::new(&p / "q_proj", d, q, cfg.qkv_bias),
+            k_proj: Linear::new(&p / "k_proj", d, kv, cfg.qkv_bias),
+            v_proj: Linear::new(&p / "v_proj", d, kv, cfg.qkv_bias),
+            o_proj: Linear::new(&p / "o_proj", q, d, false),
+            q_norm: cfg.qk_norm.then(|| norm("q_norm")),
+            k_norm: cfg.qk_norm.then(|| norm("k_norm")),
+            num_heads: cfg.num_heads,
+            num_kv_heads: cfg.num_kv_heads,
+            head_dim: cfg.head_dim,
+        }
+    }
+
+    fn forward(
+        &self,
+        xs: &Tensor,
+        rope: &(Tensor, Tensor),
+        mask: &AttnMask,
+        cache: Option<(&mut KvCache, usize)>,
+    ) -> Tensor {
+        let (b, t) = (xs.size()[0], xs.size()[1]);
+        let heads = |proj: &Linear, n: i64, norm: &Option<RmsNorm>| {
+            let h = proj.forward(xs).view([b, t, n, self.head_dim]);
+            let h = match norm {
+                Some(norm) => norm.forward(&h),
+                None => h,
+            };
+            h.transpose(1, 2)
+        };
+        let q = apply_rope(&heads(&self.q_proj, self.num_heads, &self.q_norm), &rope.0, &rope.1);
+        let k = apply_rope(&heads(&self.k_proj, self.num_kv_heads, &self.k_norm), &rope.0, &rope.1);
+        let v = heads(&self.v_proj, self.num_kv_heads, &None);
+        let (k, v) = match cache {
+            Some((cache, layer)) => cache.append(layer, &k, &v),
+            None => (k, v),
+        };
+        let gqa = self.num_heads != self.num_kv_heads;
+        let out = match mask {
+            AttnMask::Causal => {
+                Tensor::scaled_dot_product_attention::<Tensor>(&q, &k, &v, None, 0.0, true, None, gqa)
+            }
+            AttnMask::None => {
+                Tensor::scaled_dot_product_attention::<Tensor>(&q, &k, &v, None, 0.0, false, None, gqa)
+            }
+            AttnMask::Explicit(m) => {
+                Tensor::scaled_dot_product_attention(&q, &k, &v, Some(*m), 0.0, false, None, gqa)
+            }
+        };
+        let out = out.transpose(1, 2).reshape([b, t, self.num_heads * self.head_dim]);
+        self.o_proj.forward(&out)
+    }
+}
+
+/// One pre-norm decoder block.
+#[derive(Debug)]
+pub struct DecoderLayer {
+    input_layernorm: RmsNorm,
+    self_attn: Attention,
+    post_attention_layernorm: RmsNorm,
+    mlp: Mlp,
+}
+
+impl DecoderLayer {
+    pub fn new(p: nn::Path, cfg: &ModelConfig) -> Self {
+        DecoderLayer {
+            input_layernorm: RmsNorm::new(&p / "input_layernorm", cfg.hidden_size, cfg.rms_norm_eps),
+            self_attn: Attention::new(&p / "self_attn", cfg),
+            post_attention_layernorm: RmsNorm::new(
+                &p / "post_attention_layernorm",
+                cfg.hidden_size,
+                cfg.rms_norm_eps,
+            ),
+            mlp: Mlp::new(&p / "mlp", cfg),
+        }
+    }
+
+    fn forward(
+        &self,
+        xs: &Tensor,
+        rope: &(Tensor, Tensor),
+        mask: &AttnMask,
+        cache: Option<(&mut KvCache, usize)>,
+    ) -> Tensor {
+        let h = xs + self.self_attn.forward(&self.input_layernorm.forward(xs), rope, mask, cache);
+        let out = self.mlp.forward(&self.post_attention_layernorm.forward(&h));
+        h + out
+    }
+}
+
+/// The whole model: embeddings, decoder layers, final norm and LM head.
+#[derive(Debug)]
+pub struct Transformer {
+    config: ModelConfig,
+    embed_tokens: Tensor,
+    layers: Vec<DecoderLayer>,
+    norm: RmsNorm,
+    /// `None` when tied to `embed_tokens`.
+    lm_head: Option<Tensor>,
+    rope: Rope,
+}
+
+impl Transformer {
+    /// Create the parameters under `root` (the VarStore root) with HF names, randomly initialised.
+    pub fn new(root: &nn::Path, cfg: &ModelConfig) -> Self {
+        let model = root / "model";
+        let embed_init = Init::Randn {
+            mean: 0.0,
+            stdev: INIT_STD,
+        };
+        let embed_tokens =
+            (&model / "embed_tokens").var("weight", &[cfg.vocab_size, cfg.hidden_size], embed_init);
+        let layers = (0..cfg.num_layers)
+            .map(|i| DecoderLayer::new(&model / "layers" / i, cfg))
+            .collect();
+        let norm = RmsNorm::new(&model / "norm", cfg.hidden_size, cfg.rms_norm_eps);
+        let lm_head = (!cfg.tie_embeddings)
+            .then(|| (root / "lm_head").var("weight", &[cfg.vocab_size, cfg.hidden_size], embed_init));
+        Transformer {
+            config: cfg.clone(),
+            embed_tokens,
+            layers,
+            norm,
+            lm_head,
+            rope: Rope::new(cfg, root.device()),
+        }
+    }
+
+    pub fn config(&self) -> &ModelConfig {
+        &self.config
+    }
+
+    pub fn device(&self) -> Device {
+        self.embed_tokens.device()
+    }
+
+    /// The dtype of the parameters (and of activations).
+    pub fn kind(&self) -> Kind {
+        self.embed_tokens.kind()
+    }
+
+    /// Final hidden states `[batch, seq, hidden]` for int64 `input_ids` `[batch, seq]` at int64
+    /// `positions` `[batch, seq]`. With a cache, keys and values are appended to it and
+    /// attention covers everything cached so far.
+    pub fn forward_hidden(
+        &self,
+        input_ids: &Tensor,
+        positions: &Tensor,
+        mask: &AttnMask,
+        mut cache: Option<&mut KvCache>,
+    ) -> Result<Tensor> {
+        let size = input_ids.size();
+        if size.len() != 2 || positions.size() != size {
+            return Err(ModelError::Invalid(format!(
+                "input_ids must be [batch, seq] and positions the same shape, got {size:?} and {:?}",
+                positions.size()
+            )));
+        }
+        if let Some(cache) = cache.as_deref() {
+            cache.reserve(size[1])?;
+            if cache.batch() != size[0] {
+                return Err(ModelError::Invalid(format!(
+                    "KV cache has {} rows, input has {}",
+                    cache.batch(),
+                    size[0]
+                )));
+            }
+        }
+        let mut xs = Tensor::f_embedding(&self.embed_tokens, input_ids, -1, false, false)
+            .ctx(|| format!("embedding token ids (vocabulary {})", self.config.vocab_size))?;
+        let rope = self.rope.tables(positions, self.kind());
+        for (i, layer) in self.layers.iter().enumerate() {
+            xs = layer.forward(&xs, &rope, mask, cache.as_deref_mut().map(|c| (c, i)));
+        }
+        if let Some(cache) = cache {
+            cache.advance(size[1]);
+        }
+        Ok(self.norm.forward(&xs))
+    }
+
+    /// LM-head logits for hidden states `[..., hidden]`.
+    pub fn logits(&self, hidden: &Tensor) -> Tensor {
+        hidden.linear::<Tensor>(self.lm_head.as_ref().unwrap_or(&self.embed_tokens), None)
+    }
+
+    /// Logits `[batch, seq, vocab]` of a full causal forward over unpadded or right-padded
+    /// sequences (positions 0..seq); what training and reference checks use.
+    pub fn forward(&self, input_ids: &Tensor) -> Result<Tensor> {
+        let size = input_ids.size();
+        if size.len() != 2 {
+            return Err(ModelError::Invalid(format!("input_ids must be [batch, seq], got {size:?}")));
+        }
+        let positions = Tensor::arange(size[1], (Kind::Int64, input_ids.device()))
+            .unsqueeze(0)
+            .expand([size[0], size[1]], false);
+        let hidden = self.forward_hidden(input_ids, &positions, &AttnMask::Causal, None)?;
+        Ok(self.logits(&hidden))
+    }
+}
