@@ -265,7 +265,7 @@ pub fn parse(s: &str) -> Option<Expr> {
         depth: 0,
     };
     let e = p.sum()?;
-    (p.i == p.s.len()).then_some(e)
+    (p.peek().is_none()).then_some(e)
 }
 
 struct Parser<'a> {
@@ -275,11 +275,15 @@ struct Parser<'a> {
 }
 
 impl Parser<'_> {
-    fn peek(&self) -> Option<u8> {
+    fn peek(&mut self) -> Option<u8> {
+        while self.s.get(self.i) == Some(&b' ') {
+            self.i += 1;
+        }
         self.s.get(self.i).copied()
     }
 
     fn eat(&mut self, t: &str) -> bool {
+        self.peek();
         if self.s[self.i..].starts_with(t.as_bytes()) {
             self.i += t.len();
             true
@@ -290,7 +294,7 @@ impl Parser<'_> {
 
     /// A command name after `\` (letters only), without consuming it.
     fn command(&self) -> Option<&str> {
-        if self.peek()? != b'\\' {
+        if self.s.get(self.i) != Some(&b'\\') {
             return None;
         }
         let start = self.i + 1;
@@ -351,7 +355,7 @@ impl Parser<'_> {
         Some(acc)
     }
 
-    fn starts_atom(&self) -> bool {
+    fn starts_atom(&mut self) -> bool {
         match self.peek() {
             Some(c) if c.is_ascii_alphanumeric() || c == b'(' || c == b'{' || c == b'[' => true,
             Some(b'\\') => self

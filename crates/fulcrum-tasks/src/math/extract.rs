@@ -44,23 +44,28 @@ fn floor_boundary(s: &str, mut i: usize) -> usize {
 }
 
 /// The content of the last `\boxed{...}` or `\fbox{...}` (or `\boxed N`), if any.
+///
+/// One backward pass over the bytes to find the command, one forward pass to match braces
+/// (braces are ASCII, so byte positions are char boundaries).
 pub fn last_boxed(s: &str) -> Option<&str> {
-    let start = match (s.rfind("\\boxed"), s.rfind("\\fbox")) {
-        (Some(a), Some(b)) => a.max(b),
-        (a, b) => a.or(b)?,
-    };
-    let name_len = if s[start..].starts_with("\\boxed") {
-        6
-    } else {
-        5
+    let b = s.as_bytes();
+    let mut i = b.len();
+    let (start, name_len) = loop {
+        i = b[..i].iter().rposition(|&c| c == b'\\')?;
+        if b[i + 1..].starts_with(b"boxed") {
+            break (i, 6);
+        }
+        if b[i + 1..].starts_with(b"fbox") {
+            break (i, 5);
+        }
     };
     let rest = &s[start + name_len..];
     if let Some(body) = rest.strip_prefix('{') {
         let mut depth = 1usize;
-        for (i, c) in body.char_indices() {
+        for (i, &c) in body.as_bytes().iter().enumerate() {
             match c {
-                '{' => depth += 1,
-                '}' => {
+                b'{' => depth += 1,
+                b'}' => {
                     depth -= 1;
                     if depth == 0 {
                         return Some(&body[..i]);
@@ -93,6 +98,9 @@ pub fn hashes(s: &str) -> Option<&str> {
     (!line.is_empty()).then_some(line)
 }
 
+/// Longest number the last-number fallback reads (longer ones are cut to their last digits).
+pub const MAX_NUMBER_BYTES: usize = 1000;
+
 /// The last number (`-12`, `3.5`, `1,000`) in `s`, scanning back from the end.
 pub fn last_number(s: &str) -> Option<&str> {
     let b = s.as_bytes();
@@ -104,7 +112,7 @@ pub fn last_number(s: &str) -> Option<&str> {
         return None;
     }
     let mut start = end;
-    while start > 0 {
+    while start > 0 && end - start < MAX_NUMBER_BYTES {
         let c = b[start - 1];
         let inner = start - 1 > 0 && b[start - 2].is_ascii_digit() && start < end;
         if c.is_ascii_digit() || ((c == b'.' || c == b',') && inner) {

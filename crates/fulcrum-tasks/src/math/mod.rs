@@ -12,7 +12,7 @@
 //!
 //! Agreement with HF Math-Verify is measured on `tests/fixtures/math_pairs.jsonl` (see
 //! `docs/math-checker.md`). Work is bounded: answers longer than [`MAX_ANSWER`] bytes are only
-//! compared as text, and the parser refuses deep nesting, so no input makes the checker slow.
+//! compared as exact text, and the parser refuses deep nesting, so no input makes the checker slow.
 
 pub mod expr;
 pub mod extract;
@@ -25,8 +25,8 @@ use expr::{eval, parse, variables, Val};
 
 /// Relative tolerance for comparing inexact values.
 pub const REL_TOL: f64 = 1e-8;
-/// Answers longer than this (bytes) are compared as whitespace-collapsed text only.
-pub const MAX_ANSWER: usize = 10_000;
+/// Answers longer than this (bytes) are compared as exact (trimmed) text only.
+pub const MAX_ANSWER: usize = 2_000;
 
 /// Options of the checker.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -89,9 +89,7 @@ pub fn check(response: &str, gold: &str, opts: &MathOptions) -> CheckResult {
 /// True when two answers (not responses) are mathematically the same.
 pub fn equivalent(gold: &str, pred: &str) -> bool {
     if gold.len() > MAX_ANSWER || pred.len() > MAX_ANSWER {
-        let g: Vec<&str> = gold.split_whitespace().collect();
-        let p: Vec<&str> = pred.split_whitespace().collect();
-        return g == p;
+        return gold.trim() == pred.trim();
     }
     let (g, p) = (normalize(gold), normalize(pred));
     if g == p {
@@ -116,7 +114,7 @@ fn split_top(s: &str, sep: &str) -> Vec<String> {
             b')' | b']' | b'}' => depth -= 1,
             _ => {}
         }
-        if depth == 0 && s[i..].starts_with(sep) && s.is_char_boundary(i) {
+        if depth == 0 && b[i..].starts_with(sep.as_bytes()) {
             parts.push(s[start..i].to_string());
             i += sep.len();
             start = i;

@@ -142,7 +142,8 @@ fn strip_variable_lhs(s: &str) -> &str {
 
 /// Normalises an answer string (see the module docs for the rules).
 pub fn normalize(answer: &str) -> String {
-    let mut s = answer.trim().replace('\n', " ");
+    // `\\` (a LaTeX row break) is kept whole: protect it from the one-backslash rules below.
+    let mut s = answer.trim().replace('\n', " ").replace("\\\\", ROW_BREAK);
     for (from, to) in [
         ("\\!", ""),
         ("\\,", " "),
@@ -185,6 +186,9 @@ pub fn normalize(answer: &str) -> String {
         }
     }
     let mut s = s.trim().trim_end_matches('.').trim().to_string();
+    while s.contains("\\frac ") {
+        s = s.replace("\\frac ", "\\frac");
+    }
     if s.contains("\\frac") {
         s = fix_fracs(&s);
     }
@@ -192,39 +196,86 @@ pub fn normalize(answer: &str) -> String {
         s = fix_sqrt(&s);
     }
     s = strip_variable_lhs(&s).to_string();
-    s.retain(|c| !c.is_whitespace());
+    // Thousands separators only when written without spaces (`1,000`; `1 , 000` is a list).
+    if is_thousands(&s) {
+        s.retain(|c| c != ',');
+    }
+    s = remove_spaces(&s).replace(ROW_BREAK, "\\\\");
     if s.starts_with('.') {
         s.insert(0, '0');
     }
     if s.contains("{.") {
         s = s.replace("{.", "{0.");
     }
-    if is_thousands(&s) {
-        s.retain(|c| c != ',');
-    }
-    // Outer braces around everything: `{5}` to `5`.
-    while s.starts_with('{') && s.ends_with('}') && matched_outer(&s) {
-        s = s[1..s.len() - 1].to_string();
+    // Outer braces around everything: `{{5}}` to `5`.
+    let layers = outer_brace_layers(&s);
+    if layers > 0 {
+        s = s[layers..s.len() - layers].to_string();
     }
     s
 }
 
-/// True when the first `{` closes at the very end (so the braces wrap everything).
-fn matched_outer(s: &str) -> bool {
+/// Stands in for `\\` while the single-backslash rules run.
+const ROW_BREAK: &str = "\u{1}";
+
+/// Removes whitespace, except one space between a command and a following letter
+/// (`\omega i` must not become `\omegai`).
+fn remove_spaces(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut in_command = false;
+    let mut pending_space = false;
+    for c in s.chars() {
+        if c.is_whitespace() {
+            pending_space = true;
+            continue;
+        }
+        if pending_space && in_command && c.is_ascii_alphabetic() {
+            out.push(' ');
+        }
+        pending_space = false;
+        if c == '\\' {
+            in_command = true;
+        } else if !c.is_ascii_alphabetic() {
+            in_command = false;
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// How many `{` at the start close exactly at the matching places at the end (one pass).
+fn outer_brace_layers(s: &str) -> usize {
+    let b = s.as_bytes();
+    let lead = b.iter().take_while(|&&c| c == b'{').count();
+    if lead == 0 {
+        return 0;
+    }
+    // For each leading brace (depth d = 1..=lead), find where it closes.
     let mut depth = 0usize;
-    for (i, c) in s.char_indices() {
+    let mut layers = lead;
+    for (i, &c) in b.iter().enumerate() {
         match c {
-            '{' => depth += 1,
-            '}' => {
-                depth = depth.saturating_sub(1);
+            b'{' => depth += 1,
+            b'}' => {
                 if depth == 0 {
-                    return i == s.len() - 1;
+                    return 0;
                 }
+                if depth <= lead {
+                    // The brace opened at position depth-1 closes here: it wraps everything
+                    // only if it closes at position len - depth.
+                    if b.len().checked_sub(depth) != Some(i) {
+                        layers = layers.min(depth - 1);
+                    }
+                }
+                depth = depth.saturating_sub(1);
             }
             _ => {}
         }
     }
-    false
+    if depth != 0 {
+        return 0;
+    }
+    layers
 }
 
 #[cfg(test)]
@@ -248,6 +299,8 @@ mod tests {
         assert_eq!(normalize(".5"), "0.5");
         assert_eq!(normalize("50\\%"), "50");
         assert_eq!(normalize("{5}"), "5");
+        assert_eq!(normalize("{{5}}"), "5");
+        assert_eq!(normalize("{{1}{2}}"), "{1}{2}");
     }
 
     #[test]
