@@ -1,0 +1,309 @@
+//! The code reward: extract Python from a response, run it against tests in the sandbox.
+//!
+//! [`extract_code`] takes the last ```` ```python ```` block of a response (else the last fenced
+//! block, else the whole response). [`TestSpec`] is how the tests are given: assert statements
+//! (MBPP), a `check(candidate)` function plus an entry point (HumanEval, LeetCode), or stdin /
+//! stdout cases (Codeforces). [`CodeRunner`] runs programs in [`sandbox`] with a bounded number
+//! at a time, and turns each run into an [`Outcome`] with a pass fraction and a reason.
+//!
+//! A program passes only if the test code ran to its end: the harness prints a sentinel line
+//! after the tests, so a program that calls `sys.exit(0)` or `os._exit(0)` before the tests
+//! fails. (A program that reads its own source to find and print the sentinel could fool this;
+//! that is a reward hack to look for in samples, not a sandbox escape.)
+
+pub mod sandbox;
+
+use std::sync::{Condvar, Mutex};
+
+pub use sandbox::{run_python, RunOutput, SandboxConfig, SandboxMode};
+
+/// The line the harness prints after the tests ran.
+const SENTINEL: &str = "__fulcrum_tests_passed__";
+
+/// The code in a model response: the last ```` ```python ```` block, else the last fenced
+/// block, else the whole response.
+pub fn extract_code(response: &str) -> String {
+    let mut python = None;
+    let mut any = None;
+    let mut rest = response;
+    while let Some(open) = rest.find("```") {
+        let after = &rest[open + 3..];
+        let (lang, body_start) = match after.find('\n') {
+            Some(nl) => (after[..nl].trim(), nl + 1),
+            None => break,
+        };
+        let body = &after[body_start..];
+        let Some(close) = body.find("```") else {
+            // An unclosed block runs to the end (the model hit its length limit).
+            let code = body.to_string();
+            if lang.eq_ignore_ascii_case("python") || lang.eq_ignore_ascii_case("py") {
+                python = Some(code.clone());
+            }
+            any = Some(code);
+            break;
+        };
+        let code = body[..close].to_string();
+        if lang.eq_ignore_ascii_case("python")
+            || lang.eq_ignore_ascii_case("py")
+            || lang == "python3"
+        {
+            python = Some(code.clone());
+        }
+        any = Some(code);
+        rest = &body[close + 3..];
+    }
+    python.or(any).unwrap_or_else(|| response.to_string())
+}
+
+/// How a program is tested.
+#[derive(Debug, Clone, PartialEq)]
+pub enum TestSpec {
+    /// Test code run after the program (assert statements).
+    Asserts(String),
+    /// Test code defining `check(candidate)`, called with the program's `entry_point`.
+    Check {
+        /// The test code.
+        test: String,
+        /// The function under test.
+        entry_point: String,
+    },
+    /// Input/output cases: each runs the program with `input` on stdin and compares stdout.
+    Stdio(Vec<(String, String)>),
+}
+
+impl TestSpec {
+    /// The spec for an `answer` field: `check(candidate)` when an entry point is given,
+    /// assert statements otherwise.
+    pub fn from_answer(answer: &str, entry_point: Option<&str>) -> TestSpec {
+        match entry_point {
+            Some(ep) if !ep.trim().is_empty() => TestSpec::Check {
+                test: answer.to_string(),
+                entry_point: ep.trim().to_string(),
+            },
+            _ => TestSpec::Asserts(answer.to_string()),
+        }
+    }
+}
+
+/// The result of testing one program.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Outcome {
+    /// All tests passed.
+    pub passed: bool,
+    /// Fraction of cases passed (0 or 1 for assert and check tests).
+    pub fraction: f64,
+    /// A short reason (which case failed, the last line of the error, the limit hit).
+    pub reason: String,
+}
+
+fn describe_failure(out: &RunOutput) -> String {
+    if out.timed_out {
+        return "timeout".into();
+    }
+    if out.output_overflow {
+        return "output limit exceeded".into();
+    }
+    let last = out
+        .stderr
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("");
+    let last: String = last.chars().take(120).collect();
+    match out.exit_code {
+        Some(0) => "tests did not run to the end".into(),
+        Some(c) => format!("exit {c}: {last}"),
+        None => format!("killed by a signal: {last}"),
+    }
+}
+
+/// Runs programs in the sandbox, at most `workers` at a time.
+#[derive(Debug)]
+pub struct CodeRunner {
+    config: SandboxConfig,
+    workers: usize,
+    busy: Mutex<usize>,
+    free: Condvar,
+}
+
+impl CodeRunner {
+    /// A runner with the given sandbox settings and concurrency bound (at least 1).
+    pub fn new(config: SandboxConfig, workers: usize) -> Self {
+        CodeRunner {
+            config,
+            workers: workers.max(1),
+            busy: Mutex::new(0),
+            free: Condvar::new(),
+        }
+    }
+
+    /// A runner with default limits, the detected sandbox mode (logged to stderr when it falls
+    /// back to `rlimit`), and one worker per CPU.
+    pub fn detect() -> Self {
+        let (mode, why) = SandboxMode::detect();
+        if mode == SandboxMode::Rlimit {
+            eprintln!("fulcrum-tasks: code sandbox falls back to rlimit mode ({why})");
+        }
+        let workers = std::thread::available_parallelism().map_or(2, |n| n.get());
+        CodeRunner::new(
+            SandboxConfig {
+                mode,
+                ..SandboxConfig::default()
+            },
+            workers,
+        )
+    }
+
+    /// The sandbox settings.
+    pub fn config(&self) -> &SandboxConfig {
+        &self.config
+    }
+
+    fn run_bounded(&self, program: &str, stdin: &str) -> Result<RunOutput, String> {
+        {
+            let mut busy = self.busy.lock().map_err(|_| "runner lock poisoned")?;
+            while *busy >= self.workers {
+                busy = self.free.wait(busy).map_err(|_| "runner lock poisoned")?;
+            }
+            *busy += 1;
+        }
+        let out = run_python(&self.config, program, stdin).map_err(|e| e.to_string());
+        if let Ok(mut busy) = self.busy.lock() {
+            *busy -= 1;
+        }
+        self.free.notify_one();
+        out
+    }
+
+    /// Tests `code` (already extracted) against `spec`.
+    pub fn run_code(&self, code: &str, spec: &TestSpec) -> Outcome {
+        match spec {
+            TestSpec::Asserts(test) | TestSpec::Check { test, .. } => {
+                let call = match spec {
+                    TestSpec::Check { entry_point, .. } => format!("check({entry_point})\n"),
+                    _ => String::new(),
+                };
+                let program = format!("{code}\n\n{test}\n\n{call}print({SENTINEL:?})\n");
+                match self.run_bounded(&program, "") {
+                    Err(e) => Outcome {
+                        passed: false,
+                        fraction: 0.0,
+                        reason: format!("sandbox error: {e}"),
+                    },
+                    Ok(out) => {
+                        let ran = out.stdout.lines().any(|l| l.trim() == SENTINEL);
+                        let ok = out.success() && ran;
+                        Outcome {
+                            passed: ok,
+                            fraction: if ok { 1.0 } else { 0.0 },
+                            reason: if ok {
+                                "all tests passed".into()
+                            } else {
+                                describe_failure(&out)
+                            },
+                        }
+                    }
+                }
+            }
+            TestSpec::Stdio(cases) => {
+                let mut passed = 0;
+                let mut first_fail = None;
+                for (i, (input, expected)) in cases.iter().enumerate() {
+                    let verdict = match self.run_bounded(code, input) {
+                        Err(e) => Err(format!("sandbox error: {e}")),
+                        Ok(out) if !out.success() => Err(describe_failure(&out)),
+                        Ok(out) => {
+                            let got: Vec<&str> = out.stdout.split_whitespace().collect();
+                            let want: Vec<&str> = expected.split_whitespace().collect();
+                            if got == want {
+                                Ok(())
+                            } else {
+                                Err("wrong output".into())
+                            }
+                        }
+                    };
+                    match verdict {
+                        Ok(()) => passed += 1,
+                        Err(e) => {
+                            first_fail.get_or_insert(format!("case {}: {e}", i + 1));
+                        }
+                    }
+                }
+                let n = cases.len().max(1);
+                Outcome {
+                    passed: passed == cases.len() && !cases.is_empty(),
+                    fraction: passed as f64 / n as f64,
+                    reason: first_fail
+                        .unwrap_or_else(|| format!("{passed}/{} cases passed", cases.len())),
+                }
+            }
+        }
+    }
+
+    /// Extracts the code of a model response and tests it.
+    pub fn run_response(&self, response: &str, spec: &TestSpec) -> Outcome {
+        self.run_code(&extract_code(response), spec)
+    }
+
+    /// Tests many programs, using up to the runner's worker count in parallel; results in
+    /// input order.
+    pub fn run_many(&self, jobs: &[(String, TestSpec)]) -> Vec<Outcome> {
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        let results: Mutex<Vec<Option<Outcome>>> = Mutex::new(vec![None; jobs.len()]);
+        std::thread::scope(|s| {
+            for _ in 0..self.workers.min(jobs.len()) {
+                s.spawn(|| loop {
+                    let i = next.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    let Some((code, spec)) = jobs.get(i) else {
+                        break;
+                    };
+                    let o = self.run_code(code, spec);
+                    if let Ok(mut r) = results.lock() {
+                        r[i] = Some(o);
+                    }
+                });
+            }
+        });
+        results
+            .into_inner()
+            .unwrap_or_default()
+            .into_iter()
+            .map(|o| {
+                o.unwrap_or(Outcome {
+                    passed: false,
+                    fraction: 0.0,
+                    reason: "not run".into(),
+                })
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn last_python_block_is_extracted() {
+        let r = "text\n```python\na = 1\n```\nmore\n```\nplain\n```\n```python\nb = 2\n```\n";
+        assert_eq!(extract_code(r), "b = 2\n");
+        assert_eq!(extract_code("```\nx = 1\n```"), "x = 1\n");
+        assert_eq!(extract_code("def f(): pass"), "def f(): pass");
+        assert_eq!(
+            extract_code("```python\ndef f():\n    return 1\n"),
+            "def f():\n    return 1\n"
+        );
+    }
+
+    #[test]
+    fn entry_point_selects_check_spec() {
+        assert!(matches!(
+            TestSpec::from_answer("assert 1", None),
+            TestSpec::Asserts(_)
+        ));
+        assert!(matches!(
+            TestSpec::from_answer("def check(c): pass", Some("f")),
+            TestSpec::Check { .. }
+        ));
+    }
+}

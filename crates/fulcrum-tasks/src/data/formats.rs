@@ -1,0 +1,444 @@
+//! Record formats: turning a raw JSON record into an [`Example`].
+//!
+//! | format | fields | answer |
+//! |---|---|---|
+//! | `generic` | `prompt`, `answer`, optional `demonstration`, `verifier`, `entry_point` | `answer` |
+//! | `verl` (DAPO-Math-17k, verl parquet) | `prompt` = list of `{role, content}`, `reward_model.ground_truth` | ground truth |
+//! | `polaris` | `problem`, `answer` (string or number or list: first) | `answer` |
+//! | `math` (MATH, Minerva) | `problem`, `solution` | last `\boxed{}` of `solution` |
+//! | `gsm8k` | `question`, `answer` | text after `####` (thousands separators kept for the checker) |
+//! | `qa` (AMC) | `question` or `problem`, `answer` | `answer`, whole floats as integers |
+//! | `olympiad` | `question`, `final_answer` (list) | the answers joined with `, ` |
+//! | `humaneval` | `prompt`, `test`, `entry_point` | code verifier with `check(candidate)` |
+//! | `mbpp` (sanitized) | `prompt`, `test_list`, `test_imports` | code verifier with asserts |
+//! | `leetcode` | `problem`, `tests.functional` | code verifier, entry point `Solution().<method>` |
+//!
+//! `auto` picks a format from the fields of each record. A record without a usable prompt or
+//! answer is an error naming file, line and field; it never becomes an empty example.
+
+use std::path::Path;
+use std::str::FromStr;
+
+use serde_json::Value;
+
+use crate::error::{Result, TaskError};
+use crate::math::last_boxed;
+use crate::task::Example;
+use crate::verify::Verifier;
+
+/// The record formats (see the module table).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Format {
+    /// Detect from the fields of each record.
+    Auto,
+    /// `prompt`, `answer`, ...
+    Generic,
+    /// verl / DAPO parquet layout.
+    Verl,
+    /// `problem`, `answer`.
+    Polaris,
+    /// `problem`, `solution` with a boxed answer.
+    Math,
+    /// `question`, `answer` with `####`.
+    Gsm8k,
+    /// `question`/`problem`, `answer`.
+    Qa,
+    /// OlympiadBench.
+    Olympiad,
+    /// HumanEval.
+    HumanEval,
+    /// MBPP sanitized.
+    Mbpp,
+    /// DeepCoder's LeetCode set.
+    LeetCode,
+}
+
+impl Format {
+    /// Every format, in one place.
+    pub const ALL: [Format; 11] = [
+        Format::Auto,
+        Format::Generic,
+        Format::Verl,
+        Format::Polaris,
+        Format::Math,
+        Format::Gsm8k,
+        Format::Qa,
+        Format::Olympiad,
+        Format::HumanEval,
+        Format::Mbpp,
+        Format::LeetCode,
+    ];
+
+    /// The config spelling.
+    pub fn name(self) -> &'static str {
+        match self {
+            Format::Auto => "auto",
+            Format::Generic => "generic",
+            Format::Verl => "verl",
+            Format::Polaris => "polaris",
+            Format::Math => "math",
+            Format::Gsm8k => "gsm8k",
+            Format::Qa => "qa",
+            Format::Olympiad => "olympiad",
+            Format::HumanEval => "humaneval",
+            Format::Mbpp => "mbpp",
+            Format::LeetCode => "leetcode",
+        }
+    }
+
+    /// The format a record looks like.
+    pub fn detect(v: &Value) -> Format {
+        let has = |k: &str| v.get(k).is_some();
+        if has("reward_model") {
+            Format::Verl
+        } else if has("entry_point") && has("test") && has("task_id") {
+            Format::HumanEval
+        } else if has("test_list") {
+            Format::Mbpp
+        } else if v.pointer("/tests/functional").is_some() {
+            Format::LeetCode
+        } else if has("final_answer") {
+            Format::Olympiad
+        } else if has("prompt") && has("answer") {
+            Format::Generic
+        } else if has("problem") && has("answer") {
+            Format::Polaris
+        } else if has("question") && has("answer") {
+            let hashes = v
+                .get("answer")
+                .and_then(Value::as_str)
+                .is_some_and(|a| a.contains("####"));
+            if hashes {
+                Format::Gsm8k
+            } else {
+                Format::Qa
+            }
+        } else if has("problem") && has("solution") {
+            Format::Math
+        } else {
+            Format::Generic
+        }
+    }
+}
+
+impl FromStr for Format {
+    type Err = TaskError;
+    fn from_str(s: &str) -> Result<Self> {
+        Format::ALL
+            .into_iter()
+            .find(|f| f.name() == s)
+            .ok_or_else(|| TaskError::UnknownName {
+                kind: "format",
+                name: s.to_string(),
+                valid: Format::ALL.map(Format::name).join(", "),
+            })
+    }
+}
+
+/// Field access that names file, line and field in its errors.
+struct Fields<'a> {
+    path: &'a Path,
+    line: usize,
+    v: &'a Value,
+}
+
+impl Fields<'_> {
+    fn err(&self, field: &str, problem: impl Into<String>) -> TaskError {
+        TaskError::record(self.path, self.line, field, problem)
+    }
+
+    fn get(&self, pointer: &str) -> Result<&Value> {
+        let p = if pointer.starts_with('/') {
+            pointer.to_string()
+        } else {
+            format!("/{pointer}")
+        };
+        match self.v.pointer(&p) {
+            None | Some(Value::Null) => Err(self.err(pointer, "missing")),
+            Some(x) => Ok(x),
+        }
+    }
+
+    /// A non-empty string field.
+    fn text(&self, field: &str) -> Result<String> {
+        match self.get(field)? {
+            Value::String(s) if !s.trim().is_empty() => Ok(s.clone()),
+            Value::String(_) => Err(self.err(field, "empty")),
+            other => Err(self.err(field, format!("expected a string, got {}", kind(other)))),
+        }
+    }
+
+    /// An answer: a string, a number (whole floats written as integers), or a list (first).
+    fn answer(&self, field: &str) -> Result<String> {
+        let s = match self.get(field)? {
+            Value::String(s) => s.trim().to_string(),
+            Value::Number(n) => match n.as_f64() {
+                Some(x) if x.fract() == 0.0 && x.abs() < 1e15 => format!("{}", x as i64),
+                _ => n.to_string(),
+            },
+            Value::Array(items) => match items.first() {
+                Some(Value::String(s)) => s.trim().to_string(),
+                Some(Value::Number(n)) => n.to_string(),
+                _ => return Err(self.err(field, "expected a non-empty list of answers")),
+            },
+            other => {
+                return Err(self.err(field, format!("expected an answer, got {}", kind(other))))
+            }
+        };
+        if s.is_empty() {
+            return Err(self.err(field, "empty"));
+        }
+        Ok(s)
+    }
+
+    fn optional_text(&self, field: &str) -> Option<String> {
+        self.v
+            .get(field)
+            .and_then(Value::as_str)
+            .filter(|s| !s.trim().is_empty())
+            .map(str::to_string)
+    }
+}
+
+fn kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// Converts one raw record.
+pub fn to_example(path: &Path, line: usize, v: &Value, format: Format) -> Result<Example> {
+    let f = Fields { path, line, v };
+    let format = if format == Format::Auto {
+        Format::detect(v)
+    } else {
+        format
+    };
+    let id = format!(
+        "{}:{line}",
+        path.file_name()
+            .map_or_else(String::new, |n| n.to_string_lossy().into_owned())
+    );
+    let math = |prompt: String, answer: String| Example {
+        id: id.clone(),
+        prompt,
+        answer,
+        demonstration: None,
+        verifier: Verifier::Math,
+        entry_point: None,
+    };
+    Ok(match format {
+        Format::Auto | Format::Generic => {
+            let verifier = match f.optional_text("verifier") {
+                Some(v) => v
+                    .parse()
+                    .map_err(|e: TaskError| f.err("verifier", e.to_string()))?,
+                None => Verifier::Math,
+            };
+            Example {
+                id,
+                prompt: f.text("prompt")?,
+                answer: f.answer("answer")?,
+                demonstration: f.optional_text("demonstration"),
+                verifier,
+                entry_point: f.optional_text("entry_point"),
+            }
+        }
+        Format::Verl => {
+            let messages = f.get("prompt")?;
+            let content = match messages {
+                Value::Array(ms) => ms
+                    .iter()
+                    .rev()
+                    .find(|m| m.get("role").and_then(Value::as_str) == Some("user"))
+                    .or(ms.last())
+                    .and_then(|m| m.get("content"))
+                    .and_then(Value::as_str)
+                    .map(str::to_string),
+                Value::String(s) => Some(s.clone()),
+                _ => None,
+            };
+            let prompt = content
+                .filter(|c| !c.trim().is_empty())
+                .ok_or_else(|| f.err("prompt", "no user message with content"))?;
+            math(prompt, f.answer("reward_model/ground_truth")?)
+        }
+        Format::Polaris => math(f.text("problem")?, f.answer("answer")?),
+        Format::Math => {
+            let solution = f.text("solution")?;
+            let answer = match f.optional_text("answer") {
+                Some(a) => a,
+                None => last_boxed(&solution)
+                    .map(str::to_string)
+                    .filter(|a| !a.trim().is_empty())
+                    .ok_or_else(|| f.err("solution", "no \\boxed{} answer"))?,
+            };
+            math(f.text("problem")?, answer)
+        }
+        Format::Gsm8k => {
+            let full = f.text("answer")?;
+            let answer = full
+                .rsplit_once("####")
+                .map(|(_, a)| a.trim().to_string())
+                .filter(|a| !a.is_empty())
+                .ok_or_else(|| f.err("answer", "no #### final answer"))?;
+            let mut ex = math(f.text("question")?, answer);
+            ex.demonstration = Some(full);
+            ex
+        }
+        Format::Qa => {
+            let prompt = f.text("question").or_else(|_| f.text("problem"))?;
+            math(prompt, f.answer("answer")?)
+        }
+        Format::Olympiad => {
+            let answers = match f.get("final_answer")? {
+                Value::Array(a) if !a.is_empty() => a
+                    .iter()
+                    .map(|x| {
+                        x.as_str()
+                            .map(|s| s.trim().trim_matches('$').trim().to_string())
+                    })
+                    .collect::<Option<Vec<_>>>()
+                    .ok_or_else(|| f.err("final_answer", "expected a list of strings"))?,
+                _ => return Err(f.err("final_answer", "expected a non-empty list")),
+            };
+            math(f.text("question")?, answers.join(", "))
+        }
+        Format::HumanEval => Example {
+            id: f.text("task_id").unwrap_or(id),
+            prompt: f.text("prompt")?,
+            answer: f.text("test")?,
+            demonstration: f.optional_text("canonical_solution"),
+            verifier: Verifier::Code,
+            entry_point: Some(f.text("entry_point")?),
+        },
+        Format::Mbpp => {
+            let tests = match f.get("test_list")? {
+                Value::Array(t) if !t.is_empty() => t
+                    .iter()
+                    .map(|x| x.as_str().map(str::to_string))
+                    .collect::<Option<Vec<_>>>()
+                    .ok_or_else(|| f.err("test_list", "expected a list of strings"))?,
+                _ => return Err(f.err("test_list", "expected a non-empty list")),
+            };
+            let imports: Vec<String> = v
+                .get("test_imports")
+                .and_then(Value::as_array)
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|x| x.as_str().map(str::to_string))
+                        .collect()
+                })
+                .unwrap_or_default();
+            let mut test = imports.join("\n");
+            test.push('\n');
+            test.push_str(&tests.join("\n"));
+            Example {
+                id: v.get("task_id").map_or(id, |t| format!("mbpp/{t}")),
+                prompt: f.text("prompt")?,
+                answer: test,
+                demonstration: f.optional_text("code"),
+                verifier: Verifier::Code,
+                entry_point: None,
+            }
+        }
+        Format::LeetCode => {
+            let test = f.text("tests/functional")?;
+            let problem = f.text("problem")?;
+            let method = leetcode_method(&problem)
+                .ok_or_else(|| f.err("problem", "no `class Solution` method found"))?;
+            Example {
+                id,
+                prompt: problem,
+                answer: test,
+                demonstration: f.optional_text("solutions"),
+                verifier: Verifier::Code,
+                entry_point: Some(format!("Solution().{method}")),
+            }
+        }
+    })
+}
+
+/// The first method name defined in the `class Solution:` starter code of a LeetCode prompt.
+fn leetcode_method(problem: &str) -> Option<String> {
+    let class = problem.find("class Solution")?;
+    let def = problem[class..].find("def ")? + class + 4;
+    let name: String = problem[def..]
+        .chars()
+        .take_while(|c| c.is_alphanumeric() || *c == '_')
+        .collect();
+    (!name.is_empty()).then_some(name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn ex(v: Value) -> Result<Example> {
+        to_example(Path::new("f.jsonl"), 7, &v, Format::Auto)
+    }
+
+    #[test]
+    fn formats_are_detected_and_answers_found() -> Result<()> {
+        let e = ex(
+            json!({"prompt": [{"role": "user", "content": "Q?"}], "reward_model": {"ground_truth": "34"}}),
+        )?;
+        assert_eq!((e.prompt.as_str(), e.answer.as_str()), ("Q?", "34"));
+        let e = ex(json!({"problem": "P", "solution": "so \\boxed{\\frac{1}{2}}."}))?;
+        assert_eq!(e.answer, "\\frac{1}{2}");
+        let e = ex(json!({"question": "Q", "answer": "work\n#### 1,000"}))?;
+        assert_eq!(e.answer, "1,000");
+        let e = ex(json!({"question": "Q", "answer": 27.0}))?;
+        assert_eq!(e.answer, "27");
+        let e = ex(json!({"question": "Q", "final_answer": ["$69$", "$84$"]}))?;
+        assert_eq!(e.answer, "69, 84");
+        let e = ex(
+            json!({"prompt": "p", "answer": "assert f()", "verifier": "code", "entry_point": "f"}),
+        )?;
+        assert_eq!(
+            (e.verifier, e.entry_point.as_deref()),
+            (Verifier::Code, Some("f"))
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn bad_rows_are_errors_naming_line_and_field() {
+        for (v, field) in [
+            (json!({"prompt": "", "answer": "1"}), "prompt"),
+            (json!({"prompt": "p"}), "answer"),
+            (json!({"prompt": "p", "answer": null}), "answer"),
+            (
+                json!({"prompt": "p", "answer": "1", "verifier": "magic"}),
+                "verifier",
+            ),
+            (json!({"problem": "p", "solution": "no box"}), "solution"),
+            (
+                json!({"question": "q", "answer": "no hashes ####"}),
+                "answer",
+            ),
+            (
+                json!({"prompt": [], "reward_model": {"ground_truth": "1"}}),
+                "prompt",
+            ),
+        ] {
+            let e = ex(v).err().map(|e| e.to_string()).unwrap_or_default();
+            assert!(e.starts_with(&format!("f.jsonl:7: {field}")), "{e}");
+        }
+    }
+
+    #[test]
+    fn leetcode_entry_point_is_the_solution_method() {
+        assert_eq!(
+            leetcode_method("```python\nclass Solution:\n    def maxSum(self, nums): ...```")
+                .as_deref(),
+            Some("maxSum")
+        );
+    }
+}

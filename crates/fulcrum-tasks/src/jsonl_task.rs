@@ -1,0 +1,138 @@
+//! A task loaded from a user's JSONL file: `prompt`, `answer`, optional `demonstration`,
+//! optional `verifier` (`math` default, `exact`, `code`) and, for `code`, optional `entry_point`.
+//!
+//! Every record is checked when the file is loaded: a line without a prompt or answer stops the
+//! load with an error naming file, line and field. The file is one split: `examples` returns its
+//! records for either split, in an order shuffled by the seed, cycling when more are asked for
+//! than the file holds. Bring a second file for held-out evaluation.
+
+use std::path::Path;
+use std::sync::OnceLock;
+
+use crate::code::CodeRunner;
+use crate::data::{load_strict, Format};
+use crate::error::Result;
+use crate::rng::Rng;
+use crate::task::{Example, Score, Split, Task};
+use crate::verify::{score_response, RewardMode, Verifier};
+
+/// Examples from a file, scored by each example's verifier.
+#[derive(Debug)]
+pub struct JsonlTask {
+    name: String,
+    examples: Vec<Example>,
+    reward: RewardMode,
+    runner: OnceLock<CodeRunner>,
+}
+
+impl JsonlTask {
+    /// Loads and checks every record of `path` (generic format).
+    pub fn load(path: &Path, reward: RewardMode) -> Result<Self> {
+        Ok(Self::from_examples(
+            "jsonl",
+            load_strict(path, Format::Generic)?,
+            reward,
+        ))
+    }
+
+    /// A task over examples already loaded (used by the benchmark registry).
+    pub fn from_examples(name: &str, examples: Vec<Example>, reward: RewardMode) -> Self {
+        JsonlTask {
+            name: name.to_string(),
+            examples,
+            reward,
+            runner: OnceLock::new(),
+        }
+    }
+
+    /// Every example, in file order.
+    pub fn all(&self) -> &[Example] {
+        &self.examples
+    }
+}
+
+/// The examples of a fixed list in seeded order, cycling.
+pub fn seeded_order(examples: &[Example], seed: u64, count: usize) -> Vec<Example> {
+    let mut order: Vec<usize> = (0..examples.len()).collect();
+    Rng::new(seed).shuffle(&mut order);
+    order
+        .iter()
+        .cycle()
+        .take(count)
+        .map(|&i| examples[i].clone())
+        .collect()
+}
+
+impl Task for JsonlTask {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn examples(&self, _split: Split, seed: u64, count: usize) -> Result<Vec<Example>> {
+        Ok(seeded_order(&self.examples, seed, count))
+    }
+
+    fn score(&self, example: &Example, response: &str) -> Score {
+        let runner = (example.verifier == Verifier::Code)
+            .then(|| self.runner.get_or_init(CodeRunner::detect));
+        score_response(
+            example.verifier,
+            response,
+            &example.answer,
+            example.entry_point.as_deref(),
+            self.reward,
+            runner,
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::task::{create_task, TaskConfig};
+
+    #[test]
+    fn jsonl_task_scores_with_each_lines_verifier() -> Result<()> {
+        let p =
+            std::env::temp_dir().join(format!("fulcrum-jsonl-task-{}.jsonl", std::process::id()));
+        let text = concat!(
+            "{\"prompt\": \"1/2 as decimal?\", \"answer\": \"0.5\"}\n",
+            "{\"prompt\": \"say hi\", \"answer\": \"hi\", \"verifier\": \"exact\", \"demonstration\": \"Answer: hi\"}\n",
+        );
+        std::fs::write(&p, text).map_err(|e| crate::TaskError::io(&p, e))?;
+        let task = create_task(&TaskConfig {
+            name: "jsonl".into(),
+            path: Some(p.clone()),
+            ..TaskConfig::default()
+        })?;
+        let ex = task.examples(Split::Train, 1, 5)?;
+        assert_eq!(ex.len(), 5);
+        let math = ex
+            .iter()
+            .find(|e| e.verifier == Verifier::Math)
+            .ok_or(crate::TaskError::Sandbox("no math".into()))?;
+        assert!(task.score(math, "so \\boxed{\\frac{1}{2}}").correct);
+        let exact = ex
+            .iter()
+            .find(|e| e.verifier == Verifier::Exact)
+            .ok_or(crate::TaskError::Sandbox("no exact".into()))?;
+        assert!(task.score(exact, "Answer: hi").correct);
+        assert!(!task.score(exact, "Answer: hello").correct);
+        Ok(())
+    }
+
+    #[test]
+    fn line_without_answer_stops_the_load() {
+        let p =
+            std::env::temp_dir().join(format!("fulcrum-jsonl-bad-{}.jsonl", std::process::id()));
+        let _ = std::fs::write(
+            &p,
+            "{\"prompt\": \"a\", \"answer\": \"1\"}\n{\"prompt\": \"b\"}\n",
+        );
+        let e = JsonlTask::load(&p, RewardMode::ZeroOne)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(e.ends_with(":2: answer: missing"), "{e}");
+    }
+}

@@ -1,0 +1,612 @@
+//! A small LaTeX expression parser and evaluator for answer comparison.
+//!
+//! Parses normalised answers such as `2\sqrt{113}`, `-\frac{24}{25}`, `7\pi`, `5r^5`,
+//! `\frac{n(n+1)}{2}`, `4.4e7`, `3.2\times10^{-5}` into a tree, then evaluates it: exactly as a
+//! rational (`i128` over `i128`) while it can, numerically (`f64`) otherwise (irrational
+//! constants, roots that are not perfect, overflow). Letters and Greek commands are variables;
+//! comparisons with variables evaluate both sides at fixed sample points. Anything unknown
+//! (a command we do not model, unbalanced braces) fails to parse, and the caller falls back to
+//! comparing normalised strings. Nesting deeper than [`MAX_DEPTH`] and inputs longer than
+//! [`MAX_LEN`] are refused, so adversarial input cannot recurse deeply or take long.
+
+/// Deepest nesting of groups the parser accepts.
+pub const MAX_DEPTH: usize = 48;
+/// Longest input (bytes) the parser accepts.
+pub const MAX_LEN: usize = 2000;
+
+/// An expression tree.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Expr {
+    /// An exact rational number.
+    Rat(i128, i128),
+    /// An inexact number (too long to be exact).
+    Float(f64),
+    /// A variable (`x`, `\omega`, `E_0`).
+    Var(String),
+    /// π, e, ∞.
+    Const(f64),
+    /// Sum.
+    Add(Box<Expr>, Box<Expr>),
+    /// Difference.
+    Sub(Box<Expr>, Box<Expr>),
+    /// Product.
+    Mul(Box<Expr>, Box<Expr>),
+    /// Quotient.
+    Div(Box<Expr>, Box<Expr>),
+    /// Power.
+    Pow(Box<Expr>, Box<Expr>),
+    /// Negation.
+    Neg(Box<Expr>),
+    /// A function of one argument (`sqrt`, `sin`, `ln`, ...), or an n-th root.
+    Func(&'static str, Box<Expr>),
+    /// n-th root.
+    Root(Box<Expr>, Box<Expr>),
+    /// Factorial.
+    Fact(Box<Expr>),
+}
+
+/// A value: exact while possible.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Val {
+    /// Exact rational, denominator positive and reduced.
+    Rat(i128, i128),
+    /// Inexact.
+    F(f64),
+}
+
+impl Val {
+    /// As a float.
+    pub fn f(self) -> f64 {
+        match self {
+            Val::Rat(n, d) => n as f64 / d as f64,
+            Val::F(x) => x,
+        }
+    }
+}
+
+fn gcd(mut a: i128, mut b: i128) -> i128 {
+    a = a.abs();
+    b = b.abs();
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a
+}
+
+fn rat(n: i128, d: i128) -> Option<Val> {
+    if d == 0 {
+        return None;
+    }
+    let g = gcd(n, d).max(1);
+    let s = if d < 0 { -1 } else { 1 };
+    Some(Val::Rat(s * n / g, s * d / g))
+}
+
+fn float(x: f64) -> Option<Val> {
+    x.is_finite().then_some(Val::F(x))
+}
+
+fn add(a: Val, b: Val) -> Option<Val> {
+    if let (Val::Rat(p, q), Val::Rat(r, s)) = (a, b) {
+        let exact = (|| {
+            rat(
+                p.checked_mul(s)?.checked_add(r.checked_mul(q)?)?,
+                q.checked_mul(s)?,
+            )
+        })();
+        if exact.is_some() {
+            return exact;
+        }
+    }
+    float(a.f() + b.f())
+}
+
+fn mul(a: Val, b: Val) -> Option<Val> {
+    if let (Val::Rat(p, q), Val::Rat(r, s)) = (a, b) {
+        let exact = (|| rat(p.checked_mul(r)?, q.checked_mul(s)?))();
+        if exact.is_some() {
+            return exact;
+        }
+    }
+    float(a.f() * b.f())
+}
+
+fn neg(a: Val) -> Val {
+    match a {
+        Val::Rat(n, d) => Val::Rat(-n, d),
+        Val::F(x) => Val::F(-x),
+    }
+}
+
+fn recip(a: Val) -> Option<Val> {
+    match a {
+        Val::Rat(n, d) => rat(d, n),
+        Val::F(x) => float(1.0 / x),
+    }
+}
+
+/// Exact integer square root of a non-negative i128, if it is a perfect square.
+fn exact_sqrt(n: i128) -> Option<i128> {
+    if n < 0 {
+        return None;
+    }
+    let r = (n as f64).sqrt().round() as i128;
+    (r.checked_mul(r)? == n).then_some(r)
+}
+
+fn pow(a: Val, b: Val) -> Option<Val> {
+    if let (Val::Rat(p, q), Val::Rat(e, 1)) = (a, b) {
+        if e.abs() <= 256 {
+            let mut num: Option<i128> = Some(1);
+            let mut den: Option<i128> = Some(1);
+            for _ in 0..e.abs() {
+                num = num.and_then(|x| x.checked_mul(p));
+                den = den.and_then(|x| x.checked_mul(q));
+            }
+            if let (Some(n), Some(d)) = (num, den) {
+                return if e >= 0 { rat(n, d) } else { rat(d, n) };
+            }
+        }
+    }
+    if let (Val::Rat(p, q), Val::Rat(1, 2)) = (a, b) {
+        if let (Some(x), Some(y)) = (exact_sqrt(p), exact_sqrt(q)) {
+            return rat(x, y);
+        }
+    }
+    float(a.f().powf(b.f()))
+}
+
+/// Evaluates an expression with variables bound by `var`.
+pub fn eval(e: &Expr, var: &dyn Fn(&str) -> f64) -> Option<Val> {
+    Some(match e {
+        Expr::Rat(n, d) => rat(*n, *d)?,
+        Expr::Float(x) => float(*x)?,
+        Expr::Var(v) => float(var(v))?,
+        Expr::Const(c) => Val::F(*c),
+        Expr::Add(a, b) => add(eval(a, var)?, eval(b, var)?)?,
+        Expr::Sub(a, b) => add(eval(a, var)?, neg(eval(b, var)?))?,
+        Expr::Mul(a, b) => mul(eval(a, var)?, eval(b, var)?)?,
+        Expr::Div(a, b) => mul(eval(a, var)?, recip(eval(b, var)?)?)?,
+        Expr::Pow(a, b) => pow(eval(a, var)?, eval(b, var)?)?,
+        Expr::Neg(a) => neg(eval(a, var)?),
+        Expr::Root(n, a) => pow(eval(a, var)?, recip(eval(n, var)?)?)?,
+        Expr::Fact(a) => match eval(a, var)? {
+            Val::Rat(n, 1) if (0..=30).contains(&n) => {
+                Val::Rat((1..=n).product::<i128>().max(1), 1)
+            }
+            _ => return None,
+        },
+        Expr::Func(f, a) => {
+            let x = eval(a, var)?;
+            if *f == "sqrt" {
+                return pow(x, Val::Rat(1, 2));
+            }
+            let x = x.f();
+            float(match *f {
+                "sin" => x.sin(),
+                "cos" => x.cos(),
+                "tan" => x.tan(),
+                "cot" => 1.0 / x.tan(),
+                "sec" => 1.0 / x.cos(),
+                "csc" => 1.0 / x.sin(),
+                "arcsin" => x.asin(),
+                "arccos" => x.acos(),
+                "arctan" => x.atan(),
+                "ln" | "log" => x.ln(),
+                "exp" => x.exp(),
+                "abs" => x.abs(),
+                _ => return None,
+            })?
+        }
+    })
+}
+
+/// Collects the variable names of an expression.
+pub fn variables(e: &Expr, out: &mut Vec<String>) {
+    match e {
+        Expr::Var(v) => {
+            if !out.contains(v) {
+                out.push(v.clone());
+            }
+        }
+        Expr::Add(a, b) | Expr::Sub(a, b) | Expr::Mul(a, b) | Expr::Div(a, b) | Expr::Pow(a, b) => {
+            variables(a, out);
+            variables(b, out);
+        }
+        Expr::Root(a, b) => {
+            variables(a, out);
+            variables(b, out);
+        }
+        Expr::Neg(a) | Expr::Func(_, a) | Expr::Fact(a) => variables(a, out),
+        Expr::Rat(..) | Expr::Float(_) | Expr::Const(_) => {}
+    }
+}
+
+const FUNCS: [&str; 14] = [
+    "sin", "cos", "tan", "cot", "sec", "csc", "arcsin", "arccos", "arctan", "ln", "log", "exp",
+    "abs", "sqrt",
+];
+
+const GREEK: [&str; 24] = [
+    "alpha",
+    "beta",
+    "gamma",
+    "delta",
+    "epsilon",
+    "varepsilon",
+    "zeta",
+    "eta",
+    "theta",
+    "iota",
+    "kappa",
+    "lambda",
+    "mu",
+    "nu",
+    "xi",
+    "rho",
+    "sigma",
+    "tau",
+    "phi",
+    "varphi",
+    "chi",
+    "psi",
+    "omega",
+    "hbar",
+];
+
+/// Parses a normalised answer; `None` when it is not a plain expression.
+pub fn parse(s: &str) -> Option<Expr> {
+    if s.is_empty() || s.len() > MAX_LEN {
+        return None;
+    }
+    let mut p = Parser {
+        s: s.as_bytes(),
+        i: 0,
+        depth: 0,
+    };
+    let e = p.sum()?;
+    (p.peek().is_none()).then_some(e)
+}
+
+struct Parser<'a> {
+    s: &'a [u8],
+    i: usize,
+    depth: usize,
+}
+
+impl Parser<'_> {
+    fn peek(&mut self) -> Option<u8> {
+        while self.s.get(self.i) == Some(&b' ') {
+            self.i += 1;
+        }
+        self.s.get(self.i).copied()
+    }
+
+    fn eat(&mut self, t: &str) -> bool {
+        self.peek();
+        if self.s[self.i..].starts_with(t.as_bytes()) {
+            self.i += t.len();
+            true
+        } else {
+            false
+        }
+    }
+
+    /// A command name after `\` (letters only), without consuming it.
+    fn command(&self) -> Option<&str> {
+        if self.s.get(self.i) != Some(&b'\\') {
+            return None;
+        }
+        let start = self.i + 1;
+        let mut end = start;
+        while self.s.get(end).is_some_and(u8::is_ascii_alphabetic) {
+            end += 1;
+        }
+        std::str::from_utf8(&self.s[start..end]).ok()
+    }
+
+    fn enter(&mut self) -> Option<()> {
+        self.depth += 1;
+        (self.depth <= MAX_DEPTH).then_some(())
+    }
+
+    fn sum(&mut self) -> Option<Expr> {
+        self.enter()?;
+        let mut acc = match self.peek() {
+            Some(b'-') => {
+                self.i += 1;
+                Expr::Neg(Box::new(self.product()?))
+            }
+            Some(b'+') => {
+                self.i += 1;
+                self.product()?
+            }
+            _ => self.product()?,
+        };
+        loop {
+            if self.eat("+") {
+                acc = Expr::Add(Box::new(acc), Box::new(self.product()?));
+            } else if self.eat("-") {
+                acc = Expr::Sub(Box::new(acc), Box::new(self.product()?));
+            } else if self.eat("\\pm") {
+                return None;
+            } else {
+                break;
+            }
+        }
+        self.depth -= 1;
+        Some(acc)
+    }
+
+    fn product(&mut self) -> Option<Expr> {
+        let mut acc = self.power()?;
+        loop {
+            if self.eat("*") || self.eat("\\times") || self.eat("\\cdot") {
+                acc = Expr::Mul(Box::new(acc), Box::new(self.power()?));
+            } else if self.eat("/") || self.eat("\\div") {
+                acc = Expr::Div(Box::new(acc), Box::new(self.power()?));
+            } else if self.starts_atom() {
+                // Implicit multiplication: `2\pi`, `3x`, `(a+5)(b+2)`.
+                acc = Expr::Mul(Box::new(acc), Box::new(self.power()?));
+            } else {
+                break;
+            }
+        }
+        Some(acc)
+    }
+
+    fn starts_atom(&mut self) -> bool {
+        match self.peek() {
+            Some(c) if c.is_ascii_alphanumeric() || c == b'(' || c == b'{' || c == b'[' => true,
+            Some(b'\\') => self
+                .command()
+                .is_some_and(|c| !matches!(c, "times" | "cdot" | "div" | "pm" | "cup" | "cap")),
+            _ => false,
+        }
+    }
+
+    fn power(&mut self) -> Option<Expr> {
+        let mut base = self.postfix()?;
+        if self.eat("^") {
+            let exp = if self.peek() == Some(b'-') {
+                self.i += 1;
+                Expr::Neg(Box::new(self.postfix()?))
+            } else {
+                self.postfix()?
+            };
+            base = Expr::Pow(Box::new(base), Box::new(exp));
+        }
+        Some(base)
+    }
+
+    fn postfix(&mut self) -> Option<Expr> {
+        let mut a = self.atom()?;
+        while self.eat("!") {
+            a = Expr::Fact(Box::new(a));
+        }
+        Some(a)
+    }
+
+    /// A `{...}` group (required for `\frac`, `\sqrt` and friends); a single char also counts.
+    fn group(&mut self) -> Option<Expr> {
+        if self.eat("{") {
+            let e = self.sum()?;
+            self.eat("}").then_some(e)
+        } else {
+            self.atom()
+        }
+    }
+
+    fn atom(&mut self) -> Option<Expr> {
+        self.enter()?;
+        let c = self.peek()?;
+        let e = match c {
+            b'0'..=b'9' | b'.' => self.number()?,
+            b'(' | b'[' | b'{' => {
+                self.i += 1;
+                let e = self.sum()?;
+                let close = match c {
+                    b'(' => ")",
+                    b'[' => "]",
+                    _ => "}",
+                };
+                if !self.eat(close) {
+                    return None;
+                }
+                e
+            }
+            b'|' => {
+                self.i += 1;
+                let e = self.sum()?;
+                if !self.eat("|") {
+                    return None;
+                }
+                Expr::Func("abs", Box::new(e))
+            }
+            b'a'..=b'z' | b'A'..=b'Z' => {
+                self.i += 1;
+                let mut name = (c as char).to_string();
+                self.subscript_and_primes(&mut name)?;
+                if name == "e" {
+                    Expr::Const(std::f64::consts::E)
+                } else {
+                    Expr::Var(name)
+                }
+            }
+            b'\\' => {
+                let cmd = self.command()?.to_string();
+                self.i += 1 + cmd.len();
+                match cmd.as_str() {
+                    "frac" | "cfrac" => {
+                        let a = self.group()?;
+                        let b = self.group()?;
+                        Expr::Div(Box::new(a), Box::new(b))
+                    }
+                    "sqrt" => {
+                        if self.eat("[") {
+                            let n = self.sum()?;
+                            if !self.eat("]") {
+                                return None;
+                            }
+                            Expr::Root(Box::new(n), Box::new(self.group()?))
+                        } else {
+                            Expr::Func("sqrt", Box::new(self.group()?))
+                        }
+                    }
+                    "pi" => Expr::Const(std::f64::consts::PI),
+                    "infty" => Expr::Const(f64::INFINITY),
+                    "binom" => {
+                        let n = self.group()?;
+                        let k = self.group()?;
+                        let fact = |x: Expr| Expr::Fact(Box::new(x));
+                        let diff = Expr::Sub(Box::new(n.clone()), Box::new(k.clone()));
+                        Expr::Div(
+                            Box::new(fact(n)),
+                            Box::new(Expr::Mul(Box::new(fact(k)), Box::new(fact(diff)))),
+                        )
+                    }
+                    f if FUNCS.contains(&f) => {
+                        let name = FUNCS.iter().find(|x| **x == f).copied()?;
+                        let arg = if self.eat("^") {
+                            // \sin^2 x
+                            let p = self.postfix()?;
+                            let a = self.power()?;
+                            return Some(Expr::Pow(
+                                Box::new(Expr::Func(name, Box::new(a))),
+                                Box::new(p),
+                            ));
+                        } else {
+                            self.power()?
+                        };
+                        Expr::Func(name, Box::new(arg))
+                    }
+                    g if GREEK.contains(&g) => {
+                        let mut name = format!("\\{g}");
+                        self.subscript_and_primes(&mut name)?;
+                        Expr::Var(name)
+                    }
+                    _ => return None,
+                }
+            }
+            _ => return None,
+        };
+        self.depth -= 1;
+        Some(e)
+    }
+
+    /// Appends `_0`, `_{12}` and primes to a variable name.
+    fn subscript_and_primes(&mut self, name: &mut String) -> Option<()> {
+        if self.eat("_") {
+            let start = self.i;
+            if self.eat("{") {
+                let close = self.s[self.i..].iter().position(|&b| b == b'}')?;
+                self.i += close + 1;
+            } else {
+                self.i += 1;
+            }
+            name.push('_');
+            name.push_str(std::str::from_utf8(self.s.get(start..self.i)?).ok()?);
+        }
+        while self.eat("'") || self.eat("^{\\prime}") || self.eat("^\\prime") {
+            name.push('\'');
+        }
+        Some(())
+    }
+
+    fn number(&mut self) -> Option<Expr> {
+        let start = self.i;
+        while self.peek().is_some_and(|c| c.is_ascii_digit()) {
+            self.i += 1;
+        }
+        if self.peek() == Some(b'.') {
+            self.i += 1;
+            while self.peek().is_some_and(|c| c.is_ascii_digit()) {
+                self.i += 1;
+            }
+        }
+        let text = std::str::from_utf8(&self.s[start..self.i]).ok()?;
+        if text == "." {
+            return None;
+        }
+        // Scientific notation `4.4e7`, `3e-10` (an `e` followed by a digit or sign-digit).
+        let mut exp: i32 = 0;
+        if self.peek() == Some(b'e') {
+            let mut j = self.i + 1;
+            if matches!(self.s.get(j), Some(b'-' | b'+')) {
+                j += 1;
+            }
+            if self.s.get(j).is_some_and(u8::is_ascii_digit) {
+                let es = self.i + 1;
+                let mut k = j;
+                while self.s.get(k).is_some_and(u8::is_ascii_digit) {
+                    k += 1;
+                }
+                exp = std::str::from_utf8(&self.s[es..k]).ok()?.parse().ok()?;
+                self.i = k;
+            }
+        }
+        let digits: String = text.chars().filter(|c| c.is_ascii_digit()).collect();
+        let frac_digits = match text.split_once('.') {
+            Some((_, f)) => f.len() as u32,
+            None => 0,
+        };
+        let value = if digits.len() <= 30 && frac_digits <= 30 && exp.abs() <= 30 {
+            let n: i128 = digits.parse().ok()?;
+            let scale = frac_digits as i32 - exp;
+            if scale >= 0 {
+                Expr::Rat(n, 10i128.pow(scale as u32))
+            } else {
+                Expr::Rat(n.checked_mul(10i128.checked_pow((-scale) as u32)?)?, 1)
+            }
+        } else {
+            let x: f64 = text.parse().ok()?;
+            Expr::Float(x * 10f64.powi(exp))
+        };
+        Some(value)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn value(s: &str) -> Option<Val> {
+        eval(&parse(s)?, &|_| 0.5)
+    }
+
+    #[test]
+    fn exact_values_stay_rational() {
+        assert_eq!(value("-\\frac{24}{25}"), Some(Val::Rat(-24, 25)));
+        assert_eq!(value("0.25"), Some(Val::Rat(1, 4)));
+        assert_eq!(value("4.4e7"), Some(Val::Rat(44_000_000, 1)));
+        assert_eq!(value("3.2\\times10^{-5}"), Some(Val::Rat(1, 31250)));
+        assert_eq!(value("\\sqrt{\\frac{9}{4}}"), Some(Val::Rat(3, 2)));
+        assert_eq!(value("\\binom{5}{2}"), Some(Val::Rat(10, 1)));
+        assert_eq!(value("2^{10}"), Some(Val::Rat(1024, 1)));
+    }
+
+    #[test]
+    fn irrational_values_are_numeric() -> Result<(), String> {
+        let v = value("2\\sqrt{113}").ok_or("no value")?;
+        assert!((v.f() - 2.0 * 113f64.sqrt()).abs() < 1e-12);
+        let v = value("7\\pi").ok_or("no value")?;
+        assert!((v.f() - 7.0 * std::f64::consts::PI).abs() < 1e-12);
+        Ok(())
+    }
+
+    #[test]
+    fn implicit_products_and_variables_parse() {
+        assert!(parse("(a+5)(b+2)").is_some());
+        assert!(parse("5r^5").is_some());
+        assert!(parse("\\frac{n(n+1)}{2}").is_some());
+        assert!(parse("E_{0}^{2}\\omega").is_some());
+        assert!(parse("\\unknowncommand{3}").is_none());
+        assert!(parse("(1").is_none());
+    }
+
+    #[test]
+    fn deep_nesting_is_refused() {
+        let s = format!("{}1{}", "(".repeat(500), ")".repeat(500));
+        assert!(parse(&s).is_none());
+    }
+}
