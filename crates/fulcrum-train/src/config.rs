@@ -11,6 +11,7 @@
 use std::path::{Path, PathBuf};
 
 use fulcrum_core::{BaCount, ClipParams, Estimator, Rule};
+use fulcrum_tasks::TaskConfig;
 use serde::{Deserialize, Serialize};
 
 use crate::TrainError;
@@ -43,7 +44,8 @@ pub struct Config {
     pub device: String,
     /// The policy model.
     pub model: ModelConfig,
-    /// The task or dataset prompts come from.
+    /// The task or dataset prompts come from (`fulcrum-tasks`: name, difficulty, length,
+    /// mistake_rate, path, reward).
     pub task: TaskConfig,
     /// Sampling of the G responses per prompt.
     pub rollout: RolloutConfig,
@@ -67,17 +69,6 @@ pub struct ModelConfig {
     pub dtype: String,
 }
 
-/// Where prompts come from: a task by name, with its own parameters under `[task.params]`
-/// (validated by the task itself, naming `task.params.<key>` on error).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct TaskConfig {
-    /// Task name (a synthetic family, `jsonl`, or a dataset reader).
-    pub name: String,
-    /// Task-specific knobs (difficulty, length behaviour, data file, ...).
-    pub params: toml::Table,
-}
-
 /// Sampling.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -86,7 +77,7 @@ pub struct RolloutConfig {
     pub prompts_per_step: usize,
     /// Responses sampled per prompt, `G`.
     pub group_size: usize,
-    /// Sampling temperature (0: greedy).
+    /// Sampling temperature (> 0); training log-probabilities use the same temperature.
     pub temperature: f64,
     /// Nucleus sampling threshold (1.0: off).
     pub top_p: f64,
@@ -215,15 +206,6 @@ impl Default for ModelConfig {
         Self {
             path: "tiny".into(),
             dtype: "f32".into(),
-        }
-    }
-}
-
-impl Default for TaskConfig {
-    fn default() -> Self {
-        Self {
-            name: "arithmetic".into(),
-            params: toml::Table::new(),
         }
     }
 }
@@ -570,8 +552,8 @@ mod tests {
         assert_eq!(c.rule, Rule::BaBatch);
         assert_eq!(c.ppo.eps_high, 0.3);
         assert_eq!(c.ppo.eps_low, 0.1);
-        let c = Config::load(None, &["task.params.digits=4".into()]).unwrap();
-        assert_eq!(c.task.params["digits"].as_integer(), Some(4));
+        let c = Config::load(None, &["task.difficulty=4".into()]).unwrap();
+        assert_eq!(c.task.difficulty, 4);
     }
 
     #[test]

@@ -23,6 +23,12 @@ pub enum TrainError {
     /// A checkpoint that is missing, truncated, corrupt or of another format.
     #[error("checkpoint {path}: {message}")]
     Checkpoint { path: PathBuf, message: String },
+    /// The model failed (loading, sampling, a tensor op).
+    #[error("{0}")]
+    Model(String),
+    /// A task or dataset problem (bad prompt, unknown task, unreadable file).
+    #[error("{0}")]
+    Data(String),
     /// Any other I/O failure, with the path it concerned.
     #[error("{path}: {source}")]
     Io {
@@ -33,6 +39,14 @@ pub enum TrainError {
 }
 
 impl TrainError {
+    pub(crate) fn model(e: impl std::fmt::Display) -> TrainError {
+        TrainError::Model(e.to_string())
+    }
+
+    pub(crate) fn data(e: impl std::fmt::Display) -> TrainError {
+        TrainError::Data(e.to_string())
+    }
+
     pub(crate) fn io(path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) -> TrainError {
         let path = path.into();
         move |source| TrainError::Io { path, source }

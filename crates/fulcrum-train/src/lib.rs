@@ -14,3 +14,11 @@ pub mod metrics;
 
 pub use config::Config;
 pub use error::TrainError;
+pub mod data;
+pub mod eval;
+pub mod minibatch;
+pub mod packing;
+pub mod rollout;
+pub mod run;
+pub mod sft;
+pub mod step;

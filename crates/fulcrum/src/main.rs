@@ -23,12 +23,21 @@ struct Cli {
 enum Command {
     /// Tell what each aggregation rule would do to a batch of rollouts (JSONL dump).
     Analyze(cmd::analyze::Args),
+    /// Train a policy with GRPO (the main job; no arguments: the built-in CPU demo).
+    Train(cmd::train::Args),
+    /// Supervised warm-up on a task's demonstrations.
+    Sft(cmd::sft::Args),
+    /// Evaluate a model on built-in tasks or benchmarks: avg@k and pass@k.
+    Eval(cmd::eval::Args),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Analyze(args) => cmd::analyze::run(args),
+        Command::Train(args) => cmd::train::run(args),
+        Command::Sft(args) => cmd::sft::run(args),
+        Command::Eval(args) => cmd::eval::run(args),
     };
     match result {
         Ok(code) => code,

@@ -1,3 +1,6 @@
 //! One module per subcommand; each exposes `Args` (clap) and `run(Args) -> anyhow::Result<ExitCode>`.
 
 pub mod analyze;
+pub mod eval;
+pub mod sft;
+pub mod train;

@@ -1,0 +1,95 @@
+//! Held-out evaluation: `k` responses per prompt of a task's test split, scored; avg@k (mean
+//! correctness over all responses) and pass@k (prompts with at least one correct response).
+
+use fulcrum_model::{Model, Sampling};
+use fulcrum_tasks::{Split, Task};
+use serde::Serialize;
+
+use crate::data::mix;
+use crate::error::TrainError;
+use crate::rollout::{sample_and_score, SampleSettings};
+
+/// Evaluation settings.
+#[derive(Debug, Clone, Copy)]
+pub struct EvalSettings {
+    pub prompts: usize,
+    pub k: usize,
+    /// 0: greedy.
+    pub temperature: f64,
+    pub max_new_tokens: usize,
+    pub max_prompt_len: usize,
+    pub seed: u64,
+}
+
+/// The result of one evaluation.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct EvalResult {
+    pub prompts: usize,
+    pub k: usize,
+    /// avg@k: mean correctness over all `prompts * k` responses.
+    pub accuracy: f64,
+    /// pass@k: fraction of prompts with at least one correct response.
+    pub pass_at_k: f64,
+    /// Mean reward.
+    pub reward: f64,
+    /// Mean response length in tokens.
+    pub mean_len: f64,
+    /// Generated tokens per second.
+    pub tokens_per_s: f64,
+}
+
+/// Evaluates `model` on the first `s.prompts` examples of the task's test split.
+pub fn evaluate(
+    model: &Model,
+    task: &dyn Task,
+    s: &EvalSettings,
+) -> Result<EvalResult, TrainError> {
+    let examples = task
+        .examples(Split::Test, s.seed, s.prompts)
+        .map_err(TrainError::data)?;
+    if examples.is_empty() {
+        return Err(TrainError::Data(format!(
+            "task {} has no test examples",
+            task.name()
+        )));
+    }
+    let sampling = if s.temperature > 0.0 {
+        Sampling::Sample {
+            temperature: s.temperature,
+            top_k: None,
+            top_p: None,
+        }
+    } else {
+        Sampling::Greedy
+    };
+    let t0 = std::time::Instant::now();
+    let mut rollouts = Vec::new();
+    // Chunks keep the sampler's batch (and memory) bounded on large sets.
+    for (c, chunk) in examples.chunks(64).enumerate() {
+        let settings = SampleSettings {
+            samples_per_prompt: s.k,
+            max_new_tokens: s.max_new_tokens,
+            sampling,
+            seed: mix(s.seed, c as u64),
+            max_prompt_len: s.max_prompt_len,
+        };
+        let (r, _) = sample_and_score(model, task, chunk, &settings, c * 64)?;
+        rollouts.extend(r);
+    }
+    let secs = t0.elapsed().as_secs_f64();
+    let n = rollouts.len().max(1) as f64;
+    let mut any_correct = vec![false; examples.len()];
+    for r in &rollouts {
+        any_correct[r.group] |= r.correct;
+    }
+    let tokens: usize = rollouts.iter().map(|r| r.response_ids.len()).sum();
+    Ok(EvalResult {
+        prompts: examples.len(),
+        k: s.k,
+        accuracy: rollouts.iter().filter(|r| r.correct).count() as f64 / n,
+        pass_at_k: any_correct.iter().filter(|c| **c).count() as f64 / examples.len() as f64,
+        reward: rollouts.iter().map(|r| r.reward).sum::<f64>() / n,
+        mean_len: tokens as f64 / n,
+        tokens_per_s: tokens as f64 / secs.max(1e-9),
+    })
+}

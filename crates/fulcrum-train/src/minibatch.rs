@@ -1,0 +1,128 @@
+//! Forward and backward over one mini-batch, cut into micro-batches (design.md step 6).
+//!
+//! Responses are ordered by total length before cutting, so each micro-batch pads little; the
+//! order does not matter to the result because every weight was fixed for the whole step batch
+//! (the invariance the spec requires, tested in `tests/invariance.rs`). Gradients accumulate in
+//! the parameters' `.grad`; the caller zeroes them before and steps after.
+
+use fulcrum_model::sequence_logprobs;
+use tch::{Kind, Tensor};
+
+use crate::config::Config;
+use crate::error::TrainError;
+use crate::packing::{pack, ppo_token_loss, Item};
+use crate::step::Policy;
+
+/// Sums over the micro-batches of a mini-batch (plain numbers, for metrics).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct MicroStats {
+    /// Total loss (policy + regularisers), as back-propagated.
+    pub loss: f64,
+    /// Policy part of the loss.
+    pub policy_loss: f64,
+    /// Tokens clipped low, high, and dual-clipped.
+    pub clipped: [f64; 3],
+    /// Response tokens that took part.
+    pub tokens: usize,
+    /// Sum over tokens of the policy's entropy.
+    pub entropy_sum: f64,
+    /// Sum over tokens of the k3 KL between the sampling policy and the current one.
+    pub kl_sampling_sum: f64,
+    /// Sum over tokens of the KL estimator to the reference (0 when KL is off).
+    pub kl_ref_sum: f64,
+}
+
+impl MicroStats {
+    pub fn add(&mut self, o: &MicroStats) {
+        self.loss += o.loss;
+        self.policy_loss += o.policy_loss;
+        for k in 0..3 {
+            self.clipped[k] += o.clipped[k];
+        }
+        self.tokens += o.tokens;
+        self.entropy_sum += o.entropy_sum;
+        self.kl_sampling_sum += o.kl_sampling_sum;
+        self.kl_ref_sum += o.kl_ref_sum;
+    }
+}
+
+/// Runs forward and backward over `items` in micro-batches of `ppo.micro_batch_size`
+/// responses (or `micro_batch_size` when given), accumulating gradients.
+pub fn backward_micro_batches(
+    policy: &mut Policy,
+    items: &[Item<'_>],
+    reg_weight: f64,
+    cfg: &Config,
+) -> Result<MicroStats, TrainError> {
+    backward_with_micro_size(policy, items, reg_weight, cfg, cfg.ppo.micro_batch_size)
+}
+
+/// As [`backward_micro_batches`] with an explicit micro-batch size.
+pub fn backward_with_micro_size(
+    policy: &mut Policy,
+    items: &[Item<'_>],
+    reg_weight: f64,
+    cfg: &Config,
+    micro: usize,
+) -> Result<MicroStats, TrainError> {
+    let mut order: Vec<usize> = (0..items.len()).filter(|&i| items[i].active).collect();
+    order.sort_by_key(|&i| {
+        (
+            items[i].rollout.prompt_ids.len() + items[i].rollout.response_ids.len(),
+            i,
+        )
+    });
+    let device = policy.model.device();
+    let clip = cfg.clip();
+    let temperature = cfg.rollout.temperature;
+    let mut stats = MicroStats::default();
+    for chunk in order.chunks(micro.max(1)) {
+        let mb: Vec<Item<'_>> = chunk.iter().map(|&i| items[i]).collect();
+        let p = pack(&mb, device);
+        if p.tokens == 0 {
+            continue;
+        }
+        let out = sequence_logprobs(policy.model.net(), &p.input_ids, temperature)
+            .map_err(TrainError::model)?;
+        let (token_loss, counts) = ppo_token_loss(&out.logprobs, &p, &clip);
+        let policy_loss = (&token_loss * &p.weights).sum(Kind::Float);
+        let reg = &p.mask * reg_weight;
+        let mut total = policy_loss.shallow_clone();
+        if cfg.ppo.entropy_coef > 0.0 {
+            total = total - (&out.entropy * &reg).sum(Kind::Float) * cfg.ppo.entropy_coef;
+        }
+        let mut kl_ref_sum = 0.0;
+        if let (Some(reference), true) = (&policy.reference, cfg.ppo.kl_coef > 0.0) {
+            let ref_lp =
+                tch::no_grad(|| sequence_logprobs(reference.net(), &p.input_ids, temperature))
+                    .map_err(TrainError::model)?
+                    .logprobs;
+            let kl = kl_estimate(&out.logprobs, &ref_lp, &cfg.ppo.kl_estimator);
+            kl_ref_sum = tch::no_grad(|| (&kl * &p.mask).sum(Kind::Float).double_value(&[]));
+            total = total + (&kl * &reg).sum(Kind::Float) * cfg.ppo.kl_coef;
+        }
+        total.backward();
+        tch::no_grad(|| {
+            let kl_sampling = kl_estimate(&out.logprobs, &p.old_logprobs, "k3");
+            stats.add(&MicroStats {
+                loss: total.double_value(&[]),
+                policy_loss: policy_loss.double_value(&[]),
+                clipped: counts,
+                tokens: p.tokens,
+                entropy_sum: (&out.entropy * &p.mask).sum(Kind::Float).double_value(&[]),
+                kl_sampling_sum: (&kl_sampling * &p.mask).sum(Kind::Float).double_value(&[]),
+                kl_ref_sum,
+            })
+        });
+    }
+    Ok(stats)
+}
+
+/// `k1 = logp - logp_ref` or `k3 = exp(logp_ref - logp) - (logp_ref - logp) - 1`, per token.
+fn kl_estimate(logp: &Tensor, logp_ref: &Tensor, estimator: &str) -> Tensor {
+    let d = logp_ref - logp;
+    match estimator {
+        "k1" => -d,
+        _ => d.exp() - &d - 1.0,
+    }
+}

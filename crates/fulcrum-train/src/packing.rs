@@ -1,0 +1,248 @@
+//! Rollouts to tensors: a micro-batch of responses as right-padded `[B, T]` token ids plus
+//! per-position tensors aligned with the `[B, T-1]` next-token log-probabilities.
+//!
+//! Position `t` of the log-probabilities scores token `t + 1`, so response token `j` of a
+//! sequence whose prompt has `P` tokens sits at position `P + j - 1`. Prompt and padding
+//! positions carry weight 0 and mask 0. The aggregation weight `w_i` comes from the whole step
+//! batch (fulcrum-core), never from this micro-batch, which is why any split gives the same loss.
+
+use tch::{Device, Kind, Tensor};
+
+use crate::rollout::Rollout;
+
+/// One micro-batch, on the model's device.
+#[derive(Debug)]
+pub struct Packed {
+    /// `[B, T]` int64, right-padded with 0.
+    pub input_ids: Tensor,
+    /// `[B, T-1]` f32: sampling-time log-probabilities on response positions.
+    pub old_logprobs: Tensor,
+    /// `[B, T-1]` f32: the response's advantage on its positions.
+    pub advantages: Tensor,
+    /// `[B, T-1]` f32: the rule's weight `w_i` on response positions.
+    pub weights: Tensor,
+    /// `[B, T-1]` f32: 1 on response positions that take part in the loss.
+    pub mask: Tensor,
+    /// Response tokens in the micro-batch (the sum of `mask`).
+    pub tokens: usize,
+}
+
+/// One response of a micro-batch with its step-level numbers.
+#[derive(Debug, Clone, Copy)]
+pub struct Item<'a> {
+    pub rollout: &'a Rollout,
+    pub advantage: f64,
+    pub weight: f64,
+    /// False for a response masked out entirely (overlong filtering).
+    pub active: bool,
+}
+
+/// Packs the items (at least one) into tensors on `device`.
+pub fn pack(items: &[Item<'_>], device: Device) -> Packed {
+    let width = items
+        .iter()
+        .map(|it| it.rollout.prompt_ids.len() + it.rollout.response_ids.len())
+        .max()
+        .unwrap_or(2)
+        .max(2);
+    let b = items.len();
+    let t1 = width - 1;
+    let mut ids = vec![0i64; b * width];
+    let mut old = vec![0f32; b * t1];
+    let mut adv = vec![0f32; b * t1];
+    let mut w = vec![0f32; b * t1];
+    let mut mask = vec![0f32; b * t1];
+    let mut tokens = 0;
+    for (row, it) in items.iter().enumerate() {
+        let r = it.rollout;
+        let p = r.prompt_ids.len();
+        let seq = &mut ids[row * width..(row + 1) * width];
+        seq[..p].copy_from_slice(&r.prompt_ids);
+        seq[p..p + r.response_ids.len()].copy_from_slice(&r.response_ids);
+        if !it.active {
+            continue;
+        }
+        for (j, &lp) in r.old_logprobs.iter().enumerate().take(r.response_ids.len()) {
+            let pos = row * t1 + p + j - 1;
+            old[pos] = lp;
+            adv[pos] = it.advantage as f32;
+            w[pos] = it.weight as f32;
+            mask[pos] = 1.0;
+            tokens += 1;
+        }
+    }
+    let to = |v: &[f32]| {
+        Tensor::from_slice(v)
+            .view([b as i64, t1 as i64])
+            .to_device(device)
+    };
+    Packed {
+        input_ids: Tensor::from_slice(&ids)
+            .view([b as i64, width as i64])
+            .to_device(device),
+        old_logprobs: to(&old),
+        advantages: to(&adv),
+        weights: to(&w),
+        mask: to(&mask),
+        tokens,
+    }
+}
+
+/// The per-token PPO loss of the spec on tensors (the same formula as
+/// `fulcrum_core::ppo_loss::token_loss`, tested against it):
+///
+/// `l = max(-A r, -A clip(r, 1-eps_low, 1+eps_high))`, and `min(l, -A c)` where `A < 0`.
+///
+/// Returns the per-token loss and the counts of tokens (within `mask`) clipped low, clipped
+/// high and dual-clipped.
+pub fn ppo_token_loss(
+    logprobs: &Tensor,
+    p: &Packed,
+    clip: &fulcrum_core::ClipParams,
+) -> (Tensor, [f64; 3]) {
+    let ratio = (logprobs - &p.old_logprobs).exp();
+    let a = &p.advantages;
+    let clipped = ratio.clamp(1.0 - clip.eps_low, 1.0 + clip.eps_high);
+    let unclipped_loss = -a * &ratio;
+    let clipped_loss = -a * &clipped;
+    let loss = unclipped_loss.maximum(&clipped_loss);
+    let neg = a.lt(0.0);
+    let cap = -a * clip.dual_clip_c;
+    let dual = neg.logical_and(&loss.gt_tensor(&cap));
+    let loss = loss.where_self(&dual.logical_not(), &cap);
+    let counts = tch::no_grad(|| {
+        let m = p.mask.gt(0.0);
+        let high = a
+            .gt(0.0)
+            .logical_and(&ratio.gt(1.0 + clip.eps_high))
+            .logical_and(&m);
+        let low = neg
+            .logical_and(&ratio.lt(1.0 - clip.eps_low))
+            .logical_and(&m);
+        let dual = dual.logical_and(&m);
+        let count = |t: &Tensor| t.sum(Kind::Float).double_value(&[]);
+        [count(&low), count(&high), count(&dual)]
+    });
+    (loss, counts)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fulcrum_core::{ppo_loss, ClipParams};
+
+    fn rollout(prompt: usize, resp: usize) -> Rollout {
+        Rollout {
+            group: 0,
+            prompt_ids: (1..=prompt as i64).collect(),
+            response_ids: (10..10 + resp as i64).collect(),
+            old_logprobs: (0..resp).map(|j| -0.5 - 0.1 * j as f32).collect(),
+            truncated: false,
+            text: String::new(),
+            reward: 0.0,
+            correct: false,
+            reason: String::new(),
+        }
+    }
+
+    #[test]
+    fn packing_aligns_response_tokens_with_next_token_positions() {
+        let (a, b) = (rollout(3, 2), rollout(1, 4));
+        let items = [
+            Item {
+                rollout: &a,
+                advantage: 1.5,
+                weight: 0.25,
+                active: true,
+            },
+            Item {
+                rollout: &b,
+                advantage: -1.0,
+                weight: 0.5,
+                active: true,
+            },
+        ];
+        let p = pack(&items, Device::Cpu);
+        assert_eq!(p.input_ids.size(), vec![2, 5]);
+        assert_eq!(p.tokens, 6);
+        let mask: Vec<f32> = Vec::try_from(p.mask.flatten(0, -1)).unwrap();
+        assert_eq!(mask, vec![0., 0., 1., 1., 1., 1., 1., 1.]);
+        let w: Vec<f32> = Vec::try_from(p.weights.flatten(0, -1)).unwrap();
+        assert_eq!(w, vec![0., 0., 0.25, 0.25, 0.5, 0.5, 0.5, 0.5]);
+        let ids: Vec<i64> = Vec::try_from(p.input_ids.flatten(0, -1)).unwrap();
+        assert_eq!(ids, vec![1, 2, 3, 10, 11, 1, 10, 11, 12, 13]);
+    }
+
+    #[test]
+    fn inactive_responses_carry_no_weight() {
+        let a = rollout(2, 3);
+        let p = pack(
+            &[Item {
+                rollout: &a,
+                advantage: 1.0,
+                weight: 1.0,
+                active: false,
+            }],
+            Device::Cpu,
+        );
+        assert_eq!(p.tokens, 0);
+        assert_eq!(p.weights.sum(Kind::Float).double_value(&[]), 0.0);
+    }
+
+    #[test]
+    fn tensor_loss_matches_the_core_formula() {
+        let clip = ClipParams {
+            eps_low: 0.2,
+            eps_high: 0.28,
+            dual_clip_c: 3.0,
+        };
+        let a = rollout(1, 6);
+        let b = rollout(1, 6);
+        let items = [
+            Item {
+                rollout: &a,
+                advantage: 0.8,
+                weight: 1.0,
+                active: true,
+            },
+            Item {
+                rollout: &b,
+                advantage: -1.3,
+                weight: 1.0,
+                active: true,
+            },
+        ];
+        let p = pack(&items, Device::Cpu);
+        let shifts = [-2.0f32, -0.4, -0.1, 0.0, 0.2, 0.5, 1.5];
+        let mut new = Vec::<f32>::try_from(p.old_logprobs.flatten(0, -1)).unwrap();
+        for (k, v) in new.iter_mut().enumerate() {
+            *v += shifts[k % shifts.len()];
+        }
+        let lp = Tensor::from_slice(&new).view([2, 6]);
+        let (loss, counts) = ppo_token_loss(&lp, &p, &clip);
+        let got: Vec<f32> = Vec::try_from(loss.flatten(0, -1)).unwrap();
+        let old: Vec<f32> = Vec::try_from(p.old_logprobs.flatten(0, -1)).unwrap();
+        let mut regions = [0.0; 3];
+        for k in 0..12 {
+            let adv = if k < 6 { 0.8 } else { -1.3 };
+            let want = ppo_loss::token_loss(new[k] as f64, old[k] as f64, adv, &clip);
+            assert!(
+                (got[k] as f64 - want.loss).abs() < 1e-5,
+                "{k}: {} vs {}",
+                got[k],
+                want.loss
+            );
+            match want.region {
+                ppo_loss::ClipRegion::ClippedLow => regions[0] += 1.0,
+                ppo_loss::ClipRegion::ClippedHigh => regions[1] += 1.0,
+                ppo_loss::ClipRegion::DualClipped => regions[2] += 1.0,
+                ppo_loss::ClipRegion::Unclipped => {}
+            }
+        }
+        assert_eq!(counts, regions);
+        assert!(
+            regions.iter().all(|&c| c > 0.0),
+            "the test must exercise every region: {regions:?}"
+        );
+    }
+}

@@ -1,0 +1,113 @@
+//! Supervised warm-up on a task's demonstrations, so that a model trained from scratch (the
+//! built-in tiny model) starts RL able to answer some prompts: token-mean negative
+//! log-likelihood of the demonstration (and its stop token) given the prompt.
+
+use fulcrum_model::optim::{clip_grad_norm, grads_are_finite, AdamW, AdamWConfig, LrSchedule};
+use fulcrum_model::{sequence_logprobs, Model};
+use fulcrum_tasks::Task;
+use tch::Kind;
+
+use crate::config::Config;
+use crate::data::{mix, DataPosition, DataStream};
+use crate::error::TrainError;
+use crate::packing::{pack, Item};
+use crate::rollout::{encode_prompt, Rollout};
+
+/// Progress of SFT, reported every `report_every` steps.
+pub struct SftProgress {
+    pub step: u64,
+    pub loss: f64,
+}
+
+/// Runs `cfg.sft.steps` steps of SFT on `model` in place; calls `on_step` after each.
+pub fn run_sft(
+    model: &mut Model,
+    task: &dyn Task,
+    cfg: &Config,
+    mut on_step: impl FnMut(SftProgress),
+) -> Result<(), TrainError> {
+    let s = &cfg.sft;
+    let mut opt = AdamW::new(
+        model.var_store(),
+        AdamWConfig {
+            beta1: cfg.optim.beta1,
+            beta2: cfg.optim.beta2,
+            eps: cfg.optim.eps,
+            weight_decay: cfg.optim.weight_decay,
+        },
+    );
+    let schedule = LrSchedule::Cosine {
+        peak: s.lr,
+        min: s.lr * 0.1,
+        warmup: s.warmup_steps,
+        total: s.steps,
+    };
+    // A stream of its own, so SFT and RL prompts are drawn independently.
+    let mut data = DataStream::new(
+        mix(cfg.seed, 0x5f7),
+        DataPosition {
+            chunk: 0,
+            offset: 0,
+        },
+    );
+    let eos = *model
+        .stop_token_ids()
+        .first()
+        .ok_or_else(|| TrainError::Model("the model has no end-of-sequence token".into()))?;
+    for step in 0..s.steps {
+        let examples = data.take(task, s.batch_size)?;
+        let tok = model.tokenizer().map_err(TrainError::model)?;
+        let mut demos = Vec::with_capacity(examples.len());
+        for ex in &examples {
+            let demo = ex.demonstration.as_deref().ok_or_else(|| {
+                TrainError::Data(format!(
+                    "example {} of task {} has no demonstration for SFT",
+                    ex.id,
+                    task.name()
+                ))
+            })?;
+            let mut response_ids = tok.encode(demo).map_err(TrainError::model)?;
+            response_ids.push(eos);
+            let n = response_ids.len();
+            demos.push(Rollout {
+                group: 0,
+                prompt_ids: encode_prompt(model, &ex.prompt)?,
+                response_ids,
+                old_logprobs: vec![0.0; n],
+                truncated: false,
+                text: String::new(),
+                reward: 0.0,
+                correct: false,
+                reason: String::new(),
+            });
+        }
+        let tokens: usize = demos.iter().map(|d| d.response_ids.len()).sum();
+        let items: Vec<Item<'_>> = demos
+            .iter()
+            .map(|d| Item {
+                rollout: d,
+                advantage: 0.0,
+                weight: 1.0 / tokens as f64,
+                active: true,
+            })
+            .collect();
+        let p = pack(&items, model.device());
+        opt.zero_grad();
+        let out = sequence_logprobs(model.net(), &p.input_ids, 1.0).map_err(TrainError::model)?;
+        let loss = -(&out.logprobs * &p.weights).sum(Kind::Float);
+        loss.backward();
+        let value = loss.double_value(&[]);
+        if value.is_finite() && grads_are_finite(model.var_store()) {
+            if cfg.optim.grad_clip > 0.0 {
+                clip_grad_norm(model.var_store(), cfg.optim.grad_clip);
+            }
+            opt.step(schedule.lr(step));
+        }
+        opt.zero_grad();
+        on_step(SftProgress {
+            step: step + 1,
+            loss: value,
+        });
+    }
+    Ok(())
+}

@@ -1,0 +1,168 @@
+//! The trainer's guarantees on the real loss path, on the built-in tiny model:
+//! micro-batch invariance of the parameter gradient, and the non-finite guard.
+
+use fulcrum_core::{advantages, Estimator, Rule, RuleParams, StepBatch};
+use fulcrum_model::optim::{AdamW, AdamWConfig};
+use fulcrum_model::Model;
+use fulcrum_train::minibatch::backward_with_micro_size;
+use fulcrum_train::packing::Item;
+use fulcrum_train::rollout::Rollout;
+use fulcrum_train::step::{guarded_update, Policy, Update};
+use fulcrum_train::Config;
+use tch::{Device, Kind, Tensor};
+
+fn policy() -> Policy {
+    let model = Model::tiny(Device::Cpu, 0).unwrap();
+    let opt = AdamW::new(model.var_store(), AdamWConfig::default());
+    Policy {
+        model,
+        opt,
+        reference: None,
+    }
+}
+
+/// Two groups of four with varied prompt and response lengths and binary rewards.
+fn rollouts() -> Vec<Rollout> {
+    let mut out = Vec::new();
+    let mut x = 12345u64;
+    let mut next = |m: u64| {
+        x = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (x >> 33) % m
+    };
+    for g in 0..2 {
+        let prompt: Vec<i64> = (0..3 + g * 2).map(|_| 4 + next(60) as i64).collect();
+        for k in 0..4 {
+            let len = 2 + next(9) as usize;
+            let response: Vec<i64> = (0..len).map(|_| 4 + next(60) as i64).collect();
+            out.push(Rollout {
+                group: g,
+                prompt_ids: prompt.clone(),
+                old_logprobs: (0..len).map(|_| -3.0 - next(100) as f32 / 100.0).collect(),
+                response_ids: response,
+                truncated: false,
+                text: String::new(),
+                reward: ((k + g) % 2) as f64,
+                correct: false,
+                reason: String::new(),
+            });
+        }
+    }
+    out
+}
+
+fn flat_grads(p: &Policy) -> Vec<f64> {
+    let mut vars = p
+        .model
+        .var_store()
+        .variables()
+        .into_iter()
+        .collect::<Vec<_>>();
+    vars.sort_by(|a, b| a.0.cmp(&b.0));
+    let parts: Vec<Tensor> = vars
+        .iter()
+        .filter(|(_, t)| t.grad().defined())
+        .map(|(_, t)| t.grad().to_kind(Kind::Double).flatten(0, -1))
+        .collect();
+    Vec::<f64>::try_from(Tensor::cat(&parts, 0)).unwrap()
+}
+
+#[test]
+fn gradient_does_not_depend_on_the_micro_batch_size() {
+    let rs = rollouts();
+    let groups: Vec<usize> = rs.iter().map(|r| r.group).collect();
+    let rewards: Vec<f64> = rs.iter().map(|r| r.reward).collect();
+    let lengths: Vec<i64> = rs.iter().map(|r| r.response_ids.len() as i64).collect();
+    let adv = advantages::compute(Estimator::Grpo, &groups, &rewards, &lengths).unwrap();
+    let batch = StepBatch::new(&groups, &lengths, &adv).unwrap();
+    let cfg = Config::default();
+    for rule in [Rule::Ba, Rule::Seq, Rule::Token] {
+        let w = rule.weights(&batch, &RuleParams::default());
+        let items: Vec<Item<'_>> = rs
+            .iter()
+            .enumerate()
+            .map(|(i, r)| Item {
+                rollout: r,
+                advantage: adv[i],
+                weight: w[i],
+                active: true,
+            })
+            .collect();
+        let mut p = policy();
+        let mut grads = Vec::new();
+        for micro in [1, 3, items.len()] {
+            p.opt.zero_grad();
+            backward_with_micro_size(&mut p, &items, 0.0, &cfg, micro).unwrap();
+            grads.push(flat_grads(&p));
+        }
+        let norm = grads[2].iter().map(|g| g * g).sum::<f64>().sqrt();
+        assert!(norm > 0.0, "{rule}: the test needs a non-zero gradient");
+        for (k, g) in grads.iter().enumerate().take(2) {
+            let diff = g
+                .iter()
+                .zip(&grads[2])
+                .map(|(a, b)| (a - b).powi(2))
+                .sum::<f64>()
+                .sqrt();
+            assert!(
+                diff <= 1e-5 * norm,
+                "{rule}: micro-batch case {k}: |diff| {diff:e} vs |g| {norm:e}"
+            );
+        }
+    }
+}
+
+fn snapshot(p: &Policy) -> Vec<f64> {
+    let mut vars = p
+        .model
+        .var_store()
+        .variables()
+        .into_iter()
+        .collect::<Vec<_>>();
+    vars.sort_by(|a, b| a.0.cmp(&b.0));
+    let parts: Vec<Tensor> = vars
+        .iter()
+        .map(|(_, t)| t.to_kind(Kind::Double).flatten(0, -1))
+        .collect();
+    Vec::<f64>::try_from(Tensor::cat(&parts, 0)).unwrap()
+}
+
+#[test]
+fn non_finite_loss_skips_the_step_and_touches_nothing() {
+    let rs = rollouts();
+    let cfg = Config::default();
+    let mut p = policy();
+    // One ordinary step first, so the optimizer has state to protect.
+    let good: Vec<Item<'_>> = rs
+        .iter()
+        .map(|r| Item {
+            rollout: r,
+            advantage: 1.0,
+            weight: 0.01,
+            active: true,
+        })
+        .collect();
+    let (_, outcome) = guarded_update(&mut p, &good, 0.0, &cfg, 1e-3).unwrap();
+    assert!(matches!(outcome, Update::Applied { .. }));
+    let before = snapshot(&p);
+    let opt_before = p.opt.step_count();
+    let (moments_before, _) = p.opt.state();
+    // Inject a NaN weight: the loss is NaN.
+    let mut bad = good.clone();
+    bad[3].weight = f64::NAN;
+    let (stats, outcome) = guarded_update(&mut p, &bad, 0.0, &cfg, 1e-3).unwrap();
+    assert_eq!(outcome, Update::Skipped);
+    assert!(!stats.loss.is_finite());
+    assert_eq!(snapshot(&p), before, "weights changed on a skipped step");
+    assert_eq!(p.opt.step_count(), opt_before);
+    let (moments_after, _) = p.opt.state();
+    for ((n1, a), (n2, b)) in moments_before.iter().zip(&moments_after) {
+        assert_eq!(n1, n2);
+        assert!(a.equal(b), "optimizer state {n1} changed on a skipped step");
+    }
+    // And training goes on afterwards.
+    let (_, outcome) = guarded_update(&mut p, &good, 0.0, &cfg, 1e-3).unwrap();
+    assert!(matches!(outcome, Update::Applied { .. }));
+    assert_ne!(snapshot(&p), before);
+}

@@ -1,0 +1,114 @@
+//! `fulcrum eval`: k samples per problem on built-in tasks or registry benchmarks; avg@k and
+//! pass@k per benchmark as a table (or `--json`).
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use anyhow::{Context, Result};
+use fulcrum_model::{DeviceChoice, Model};
+use fulcrum_tasks::{create_task, TaskConfig};
+use fulcrum_train::eval::{evaluate, EvalSettings};
+
+/// Flags of `fulcrum eval`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// `tiny`, an HF folder, a .gguf file, or a run directory (its final checkpoint).
+    #[arg(long)]
+    pub model: String,
+    /// Comma-separated task or benchmark names (arithmetic, countdown, lists, steps, gsm8k,
+    /// math500, aime24, aime25, amc23, minerva, olympiadbench, humaneval, mbpp, leetcode).
+    #[arg(long, value_delimiter = ',', required = true)]
+    pub bench: Vec<String>,
+    /// Samples per problem.
+    #[arg(long, default_value_t = 1)]
+    pub k: usize,
+    /// Problems per benchmark (the first N of its fixed order).
+    #[arg(long, default_value_t = 128)]
+    pub prompts: usize,
+    /// Sampling temperature; 0 is greedy (then k > 1 repeats the same answer).
+    #[arg(long, default_value_t = 0.0)]
+    pub temperature: f64,
+    /// Longest response in tokens.
+    #[arg(long, default_value_t = 512)]
+    pub max_new_tokens: usize,
+    /// Seed of the sampler.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// cpu, cuda, cuda:N or auto.
+    #[arg(long, default_value = "cpu")]
+    pub device: String,
+    /// Print JSON instead of the table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// A run directory means its final checkpoint; anything else is a model spec.
+pub fn resolve_model_spec(spec: &str) -> String {
+    let final_dir = Path::new(spec).join("checkpoints").join("final");
+    if final_dir.is_dir() {
+        final_dir.to_string_lossy().into_owned()
+    } else {
+        spec.to_string()
+    }
+}
+
+pub fn run(args: Args) -> Result<ExitCode> {
+    if args.temperature < 0.0 || !args.temperature.is_finite() {
+        anyhow::bail!(
+            "--temperature: must be finite and >= 0, got {}",
+            args.temperature
+        );
+    }
+    if args.k == 0 || args.prompts == 0 {
+        anyhow::bail!("--k and --prompts must be >= 1");
+    }
+    let device: DeviceChoice = args
+        .device
+        .parse()
+        .map_err(|e| anyhow::anyhow!("--device: {e}"))?;
+    let device = device.resolve()?;
+    let spec = resolve_model_spec(&args.model);
+    let model = Model::load(&spec, device).with_context(|| format!("loading model {spec}"))?;
+    let mut rows = Vec::new();
+    for name in &args.bench {
+        let task = create_task(&TaskConfig {
+            name: name.clone(),
+            ..TaskConfig::default()
+        })
+        .with_context(|| format!("--bench {name}"))?;
+        let s = EvalSettings {
+            prompts: args.prompts,
+            k: args.k,
+            temperature: args.temperature,
+            max_new_tokens: args.max_new_tokens,
+            max_prompt_len: usize::MAX,
+            seed: args.seed,
+        };
+        let t0 = std::time::Instant::now();
+        let r =
+            evaluate(&model, task.as_ref(), &s).with_context(|| format!("evaluating {name}"))?;
+        rows.push((name.clone(), r, t0.elapsed().as_secs_f64()));
+    }
+    if args.json {
+        let v: Vec<_> = rows
+            .iter()
+            .map(|(n, r, secs)| serde_json::json!({"bench": n, "result": r, "seconds": secs}))
+            .collect();
+        println!(
+            "{}",
+            serde_json::to_string(&serde_json::json!({"model": spec, "results": v}))?
+        );
+    } else {
+        println!(
+            "{:<16} {:>8} {:>4} {:>10} {:>10} {:>9} {:>9}",
+            "bench", "problems", "k", "avg@k", "pass@k", "mean len", "seconds"
+        );
+        for (n, r, secs) in &rows {
+            println!(
+                "{:<16} {:>8} {:>4} {:>10.4} {:>10.4} {:>9.1} {:>9.1}",
+                n, r.prompts, r.k, r.accuracy, r.pass_at_k, r.mean_len, secs
+            );
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,48 @@
+//! `fulcrum sft`: the supervised warm-up alone, on the task's demonstrations; writes the model
+//! as an HF folder (a checkpoint directory) and prints its held-out accuracy.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Result;
+use fulcrum_train::run::{self, Event};
+use fulcrum_train::Config;
+
+/// Flags of `fulcrum sft`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// TOML config; its `[sft]`, `[model]` and `[task]` sections are used.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Override a config key (repeatable), e.g. `--set sft.steps=100`.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub set: Vec<String>,
+    /// No progress bar.
+    #[arg(long)]
+    pub quiet: bool,
+}
+
+pub fn run(args: Args) -> Result<ExitCode> {
+    let cfg = Config::load(args.config.as_deref(), &args.set)?;
+    if cfg.sft.steps == 0 {
+        anyhow::bail!("sft.steps is 0: nothing to do");
+    }
+    let pb = super::train::bar(args.quiet);
+    let mut on = |e: Event<'_>| {
+        if let Event::Sft { step, total, loss } = e {
+            pb.set_prefix("sft");
+            pb.set_length(total);
+            pb.set_position(step);
+            pb.set_message(format!("loss {loss:.3}"));
+        }
+    };
+    let (dir, accuracy) = run::warm_up(&cfg, &mut on)?;
+    pb.finish_and_clear();
+    println!("{:<28} {}", "model", dir.display());
+    println!(
+        "{:<28} {}",
+        "held-out accuracy after SFT",
+        accuracy.map_or("-".into(), |a| format!("{a:.3}"))
+    );
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,121 @@
+//! `fulcrum train`: the main job. With no arguments it trains the built-in tiny model on the
+//! built-in synthetic task: SFT warm-up (cached), then GRPO with Balanced Aggregation.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{Context, Result};
+use fulcrum_train::run::{self, Event, Summary};
+use fulcrum_train::Config;
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+/// Flags of `fulcrum train`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// TOML config (see `configs/`); defaults are the built-in CPU demo.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Override a config key, e.g. `--set steps=8 --set ppo.eps_high=0.28` (repeatable).
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub set: Vec<String>,
+    /// Run directory [default: runs/<run_name>, or the first free runs/<run_name>-N].
+    #[arg(long)]
+    pub run_dir: Option<PathBuf>,
+    /// Continue the run in this directory from its latest checkpoint.
+    #[arg(long, conflicts_with_all = ["config", "set", "run_dir"])]
+    pub resume: Option<PathBuf>,
+    /// No progress bar (also off when stderr is not a terminal).
+    #[arg(long)]
+    pub quiet: bool,
+}
+
+/// A progress bar on stderr, hidden when not on a terminal or with `--quiet`.
+pub fn bar(quiet: bool) -> ProgressBar {
+    let b = ProgressBar::with_draw_target(Some(0), ProgressDrawTarget::stderr());
+    if quiet {
+        b.set_draw_target(ProgressDrawTarget::hidden());
+    }
+    b.set_style(
+        ProgressStyle::with_template("{prefix:>5} [{bar:30}] {pos}/{len} {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .progress_chars("=> "),
+    );
+    b
+}
+
+pub fn run(args: Args) -> Result<ExitCode> {
+    let pb = bar(args.quiet);
+    let mut held_out = String::from("-");
+    let mut on = |e: Event<'_>| match e {
+        Event::Sft { step, total, loss } => {
+            pb.set_prefix("sft");
+            pb.set_length(total);
+            pb.set_position(step);
+            pb.set_message(format!("loss {loss:.3}"));
+        }
+        Event::SftCached { path } => pb.println(format!(
+            "fulcrum: SFT warm-up reused from {}",
+            path.display()
+        )),
+        Event::Eval { step, result } => {
+            held_out = format!("{:.3}", result.accuracy);
+            pb.println(format!(
+                "step {step:>4}: held-out accuracy {:.3} (pass@{} {:.3})",
+                result.accuracy, result.k, result.pass_at_k
+            ));
+        }
+        Event::Step {
+            step,
+            total,
+            metrics,
+        } => {
+            pb.set_prefix("grpo");
+            pb.set_length(total);
+            pb.set_position(step);
+            let get = |k: &str| metrics.get(k).and_then(|v| v.as_f64()).unwrap_or(f64::NAN);
+            let tps = get("sample/tokens") / get("time/sample").max(1e-9);
+            pb.set_message(format!(
+                "reward {:.3} len {:.1} held-out {held_out} {:.0} tok/s",
+                get("reward/mean"),
+                get("len/mean"),
+                tps
+            ));
+        }
+        Event::Checkpoint { .. } => {}
+    };
+    let summary = match &args.resume {
+        Some(dir) => {
+            run::resume(dir, &mut on).with_context(|| format!("resuming {}", dir.display()))?
+        }
+        None => {
+            let mut cfg = Config::load(args.config.as_deref(), &args.set)?;
+            if let Some(d) = &args.run_dir {
+                cfg.run_dir = Some(d.clone());
+            }
+            run::train(&cfg, &mut on)?
+        }
+    };
+    pb.finish_and_clear();
+    print_summary(&summary);
+    Ok(ExitCode::SUCCESS)
+}
+
+fn print_summary(s: &Summary) {
+    let acc = |x: Option<f64>| x.map_or("-".to_string(), |v| format!("{v:.3}"));
+    println!("{:<28} {}", "rule", s.rule);
+    println!("{:<28} {}", "seed", s.seed);
+    println!(
+        "{:<28} {}",
+        "held-out accuracy after SFT",
+        acc(s.sft_accuracy)
+    );
+    println!(
+        "{:<28} {}",
+        "held-out accuracy after RL",
+        acc(Some(s.final_accuracy))
+    );
+    println!("{:<28} {}", "GRPO steps", s.steps);
+    println!("{:<28} {:.0}", "sampling tokens/s", s.sample_tokens_per_s);
+    println!("{:<28} {:.1}", "wall time (s)", s.wall_seconds);
+    println!("{:<28} {}", "run directory", s.run_dir.display());
+}
