@@ -107,11 +107,16 @@ pub fn choose_run_dir(cfg: &Config) -> Result<PathBuf, TrainError> {
 
 /// The SFT cache entry for this (model, task, SFT settings, seed): a checkpoint directory under
 /// `runs/sft-cache/`, shared by every run that would compute the same warm-up.
-pub fn sft_cache_dir(cfg: &Config) -> PathBuf {
+pub fn sft_cache_dir(cfg: &Config, run_dir: &Path) -> PathBuf {
     let key = json!({"model": cfg.model, "task": cfg.task, "sft": cfg.sft, "seed": cfg.seed,
                      "optim": [cfg.optim.beta1, cfg.optim.beta2, cfg.optim.eps, cfg.optim.weight_decay, cfg.optim.grad_clip]});
     let digest = sha_hex(key.to_string().as_bytes());
-    Path::new("runs").join("sft-cache").join(format!(
+    // Beside the run directory, so that the runs of one comparison (or of `runs/`) share it.
+    let parent = run_dir
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    parent.join("sft-cache").join(format!(
         "{}-seed{}-{}",
         cfg.task.name,
         cfg.seed,
@@ -142,6 +147,7 @@ fn eval_settings(cfg: &Config) -> EvalSettings {
 /// configured model. Returns it with the held-out accuracy after SFT and where it lives.
 fn starting_policy(
     cfg: &Config,
+    run_dir: &Path,
     task: &dyn Task,
     device: Device,
     on: &mut dyn FnMut(Event<'_>),
@@ -155,7 +161,7 @@ fn starting_policy(
         };
         return Ok((model, None, None));
     }
-    let cache = sft_cache_dir(cfg);
+    let cache = sft_cache_dir(cfg, run_dir);
     if let Ok(manifest) = checkpoint::verify(&cache) {
         on(Event::SftCached { path: &cache });
         let model = load(&cache.to_string_lossy())?;
@@ -263,36 +269,38 @@ pub fn train(cfg: &Config, on: &mut dyn FnMut(Event<'_>)) -> Result<Summary, Tra
     let cfg_path = run_dir.join("config.toml");
     fs::write(&cfg_path, resolved.to_toml()).map_err(io_err(&cfg_path))?;
 
-    let (model, sft_accuracy, start_dir) = starting_policy(&resolved, task.as_ref(), device, on)?;
+    start_fresh(&resolved, task.as_ref(), device, &run_dir, t0, on)
+}
+
+/// Step 0 of a run whose directory and config.toml exist: warm-up (cached), then the RL loop.
+fn start_fresh(
+    cfg: &Config,
+    task: &dyn Task,
+    device: Device,
+    run_dir: &Path,
+    t0: Instant,
+    on: &mut dyn FnMut(Event<'_>),
+) -> Result<Summary, TrainError> {
+    let (model, sft_accuracy, start_dir) = starting_policy(cfg, run_dir, task, device, on)?;
     if let Some(acc) = sft_accuracy {
         let mut w = JsonlWriter::append(&run_dir.join("eval.jsonl"))?;
         w.write(&json!({"step": 0, "accuracy": acc, "phase": "sft"}))?;
     }
-    let reference = reference_model(&resolved, start_dir.as_deref(), device)?;
-    let opt = new_optimizer(&resolved, &model);
+    let reference = reference_model(cfg, start_dir.as_deref(), device)?;
+    let opt = new_optimizer(cfg, &model);
     let policy = Policy {
         model,
         opt,
         reference,
     };
     let data = DataStream::new(
-        resolved.seed,
+        cfg.seed,
         DataPosition {
             chunk: 0,
             offset: 0,
         },
     );
-    rl_loop(
-        &resolved,
-        task.as_ref(),
-        policy,
-        data,
-        0,
-        sft_accuracy,
-        &run_dir,
-        t0,
-        on,
-    )
+    rl_loop(cfg, task, policy, data, 0, sft_accuracy, run_dir, t0, on)
 }
 
 /// The frozen reference for the KL term: the starting policy, loaded again.
@@ -324,13 +332,17 @@ pub fn resume(run_dir: &Path, on: &mut dyn FnMut(Event<'_>)) -> Result<Summary, 
     let task = create_task(&cfg.task).map_err(TrainError::data)?;
     let ckpts = run_dir.join("checkpoints");
     checkpoint::clean_leftovers(&ckpts)?;
-    let (step, dir) =
-        checkpoint::list_steps(&ckpts)?
-            .pop()
-            .ok_or_else(|| TrainError::Checkpoint {
-                path: ckpts.clone(),
-                message: "no step-N checkpoint to resume from".into(),
-            })?;
+    let Some((step, dir)) = checkpoint::list_steps(&ckpts)?.pop() else {
+        // Killed before its first checkpoint: the run starts again from step 0, as it would
+        // have gone (everything random derives from the seed and the step).
+        for f in ["metrics.jsonl", "samples.jsonl", "eval.jsonl"] {
+            let p = run_dir.join(f);
+            if p.exists() {
+                fs::remove_file(&p).map_err(io_err(&p))?;
+            }
+        }
+        return start_fresh(&cfg, task.as_ref(), device, run_dir, t0, on);
+    };
     let manifest = checkpoint::verify(&dir)?;
     let pos: DataPosition = serde_json::from_value(manifest.meta["data"].clone()).map_err(|e| {
         TrainError::Checkpoint {
@@ -342,7 +354,7 @@ pub fn resume(run_dir: &Path, on: &mut dyn FnMut(Event<'_>)) -> Result<Summary, 
     let model = Model::load(&dir.to_string_lossy(), device).map_err(TrainError::model)?;
     let mut opt = new_optimizer(&cfg, &model);
     load_optimizer(&dir, &mut opt)?;
-    let start_dir = (cfg.sft.steps > 0).then(|| sft_cache_dir(&cfg));
+    let start_dir = (cfg.sft.steps > 0).then(|| sft_cache_dir(&cfg, run_dir));
     let reference = reference_model(&cfg, start_dir.as_deref(), device)?;
     for f in ["metrics.jsonl", "samples.jsonl", "eval.jsonl"] {
         truncate_after(&run_dir.join(f), "step", step)?;
@@ -456,7 +468,8 @@ pub fn warm_up(
 ) -> Result<(PathBuf, Option<f64>), TrainError> {
     let device = device_of(cfg)?;
     let task = create_task(&cfg.task).map_err(TrainError::data)?;
-    let (_, accuracy, dir) = starting_policy(cfg, task.as_ref(), device, on)?;
+    let run_dir = choose_run_dir(cfg)?;
+    let (_, accuracy, dir) = starting_policy(cfg, &run_dir, task.as_ref(), device, on)?;
     let dir = dir.ok_or_else(|| TrainError::Data("sft.steps is 0: no warm-up".into()))?;
     Ok((dir, accuracy))
 }
