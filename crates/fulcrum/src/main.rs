@@ -23,12 +23,18 @@ struct Cli {
 enum Command {
     /// Tell what each aggregation rule would do to a batch of rollouts (JSONL dump).
     Analyze(cmd::analyze::Args),
+    /// Complete a prompt with a model (tiny, HF folder or GGUF) and print the continuation.
+    Generate(cmd::generate::Args),
+    /// Convert a GGUF model into an HF folder (config.json, model.safetensors, tokenizer.json).
+    Convert(cmd::convert::Args),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Analyze(args) => cmd::analyze::run(args),
+        Command::Generate(args) => cmd::generate::run(args),
+        Command::Convert(args) => cmd::convert::run(args),
     };
     match result {
         Ok(code) => code,
