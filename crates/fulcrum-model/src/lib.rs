@@ -5,6 +5,7 @@
 //! with its tokenizer and chat template and loads HF folders and GGUF files; a KV-cache batched
 //! sampler; per-token log-probabilities for training; AdamW; checkpoints as safetensors.
 pub mod chat_template;
+pub mod checkpoint;
 pub mod config;
 pub mod device;
 pub mod error;
@@ -22,7 +23,12 @@ pub use chat_template::{ChatTemplate, Message};
 pub use config::{Arch, ModelConfig};
 pub use device::DeviceChoice;
 pub use error::{ModelError, Result};
-pub use logprobs::{sequence_logprobs, token_logprobs, weighted_sum, TokenLogprobs};
 pub use model::Model;
-pub use sampler::{generate, Completion, Finish, SampleRequest, Sampling};
 pub use tokenizer::Tokenizer;
+pub use sampler::{generate, Completion, Finish, SampleRequest, Sampling};
+pub use logprobs::{sequence_logprobs, token_logprobs, weighted_sum, TokenLogprobs};
+
+/// libtorch bindings, re-exported so that dependants use the same `tch` (devices, kinds, tensors).
+pub use tch;
+pub use optim::{clip_grad_norm, grad_norm, grads_are_finite, AdamW, AdamWConfig, LrSchedule};
+pub use checkpoint::{load_model, load_optimizer, save_checkpoint};

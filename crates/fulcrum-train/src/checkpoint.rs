@@ -65,8 +65,8 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// Writes the checkpoint `dest` atomically: `fill` writes the files into a temporary directory
-/// (flat: no subdirectories), then the manifest is added, everything synced, and the directory
+/// Writes the checkpoint `dest` atomically: `fill` creates a temporary directory at the path it
+/// is given and writes the files there (flat: no subdirectories), then the manifest is added, everything synced, and the directory
 /// renamed to `dest`, replacing an older one of the same name.
 pub fn write<F>(dest: &Path, meta: serde_json::Value, fill: F) -> Result<Manifest, TrainError>
 where
@@ -83,8 +83,10 @@ where
     if tmp.exists() {
         fs::remove_dir_all(&tmp).map_err(TrainError::io(&tmp))?;
     }
-    fs::create_dir(&tmp).map_err(TrainError::io(&tmp))?;
     fill(&tmp)?;
+    if !tmp.is_dir() {
+        return Err(bad(dest, "the checkpoint writer created no directory"));
+    }
 
     let mut files = Vec::new();
     let mut names: Vec<PathBuf> = fs::read_dir(&tmp)
@@ -238,6 +240,7 @@ mod tests {
 
     fn fill(text: &'static str) -> impl FnOnce(&Path) -> Result<(), TrainError> {
         move |d: &Path| {
+            fs::create_dir(d).unwrap();
             fs::write(d.join("model.safetensors"), text).unwrap();
             fs::write(d.join("state.json"), "{}").unwrap();
             Ok(())

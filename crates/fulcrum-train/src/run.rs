@@ -13,7 +13,7 @@ use fulcrum_model::optim::{AdamW, AdamWConfig, LrSchedule};
 use fulcrum_model::{DeviceChoice, Model};
 use fulcrum_tasks::{create_task, Task};
 use serde_json::{json, Value};
-use tch::{Device, Tensor};
+use tch::Device;
 
 use crate::checkpoint;
 use crate::config::Config;
@@ -190,7 +190,8 @@ fn starting_policy(
     Ok((model, Some(result.accuracy), Some(cache)))
 }
 
-/// Saves model, optimizer and loop state as a checkpoint directory.
+/// Saves model, optimizer and loop state as a checkpoint directory (fulcrum-model's layout,
+/// inside the checksummed, atomically renamed directory of [`checkpoint::write`]).
 fn save_checkpoint(
     dest: &Path,
     policy: &Policy,
@@ -199,34 +200,11 @@ fn save_checkpoint(
     sft_accuracy: Option<f64>,
 ) -> Result<(), TrainError> {
     let meta = json!({"step": step, "data": pos, "sft_accuracy": sft_accuracy});
-    checkpoint::write(dest, meta, |dir| {
-        policy.model.save(dir).map_err(TrainError::model)?;
-        let (named, opt_step) = policy.opt.state();
-        let mut named = named;
-        named.push(("__step__".into(), Tensor::from_slice(&[opt_step])));
-        let refs: Vec<(&str, &Tensor)> = named.iter().map(|(n, t)| (n.as_str(), t)).collect();
-        let path = dir.join("optimizer.safetensors");
-        Tensor::write_safetensors(&refs, &path).map_err(TrainError::model)
+    checkpoint::write(dest, meta.clone(), |dir| {
+        fulcrum_model::checkpoint::save_checkpoint(dir, &policy.model, &policy.opt, meta.clone())
+            .map_err(TrainError::model)
     })?;
     Ok(())
-}
-
-fn load_optimizer(dir: &Path, opt: &mut AdamW) -> Result<(), TrainError> {
-    let path = dir.join("optimizer.safetensors");
-    let mut named = Tensor::read_safetensors(&path).map_err(|e| TrainError::Checkpoint {
-        path: dir.to_path_buf(),
-        message: format!("optimizer.safetensors: {e}"),
-    })?;
-    let pos = named
-        .iter()
-        .position(|(n, _)| n == "__step__")
-        .ok_or_else(|| TrainError::Checkpoint {
-            path: dir.to_path_buf(),
-            message: "optimizer.safetensors lacks the step counter".into(),
-        })?;
-    let (_, step) = named.remove(pos);
-    opt.load_state(named, step.int64_value(&[0]), &path)
-        .map_err(TrainError::model)
 }
 
 fn schedule(cfg: &Config) -> LrSchedule {
@@ -353,7 +331,10 @@ pub fn resume(run_dir: &Path, on: &mut dyn FnMut(Event<'_>)) -> Result<Summary, 
     let sft_accuracy = manifest.meta["sft_accuracy"].as_f64();
     let model = Model::load(&dir.to_string_lossy(), device).map_err(TrainError::model)?;
     let mut opt = new_optimizer(&cfg, &model);
-    load_optimizer(&dir, &mut opt)?;
+    fulcrum_model::checkpoint::load_optimizer(&dir, &mut opt).map_err(|e| TrainError::Checkpoint {
+        path: dir.clone(),
+        message: e.to_string(),
+    })?;
     let start_dir = (cfg.sft.steps > 0).then(|| sft_cache_dir(&cfg, run_dir));
     let reference = reference_model(&cfg, start_dir.as_deref(), device)?;
     for f in ["metrics.jsonl", "samples.jsonl", "eval.jsonl"] {

@@ -29,6 +29,10 @@ enum Command {
     Sft(cmd::sft::Args),
     /// Evaluate a model on built-in tasks or benchmarks: avg@k and pass@k.
     Eval(cmd::eval::Args),
+    /// Complete a prompt with a model (tiny, HF folder or GGUF) and print the continuation.
+    Generate(cmd::generate::Args),
+    /// Convert a GGUF model into an HF folder (config.json, model.safetensors, tokenizer.json).
+    Convert(cmd::convert::Args),
 }
 
 fn main() -> ExitCode {
@@ -38,6 +42,8 @@ fn main() -> ExitCode {
         Command::Train(args) => cmd::train::run(args),
         Command::Sft(args) => cmd::sft::run(args),
         Command::Eval(args) => cmd::eval::run(args),
+        Command::Generate(args) => cmd::generate::run(args),
+        Command::Convert(args) => cmd::convert::run(args),
     };
     match result {
         Ok(code) => code,

@@ -1,6 +1,8 @@
 //! One module per subcommand; each exposes `Args` (clap) and `run(Args) -> anyhow::Result<ExitCode>`.
 
 pub mod analyze;
+pub mod convert;
 pub mod eval;
+pub mod generate;
 pub mod sft;
 pub mod train;

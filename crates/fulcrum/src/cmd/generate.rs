@@ -1,0 +1,96 @@
+//! `fulcrum generate`: complete one prompt with a model and print the continuation.
+//!
+//! For people and tests: loads `tiny`, an HF folder or a GGUF file, optionally wraps the prompt
+//! in the model's chat template, samples with the KV-cache sampler and prints the text to stdout
+//! (the number of tokens and the reason it stopped go to stderr).
+use std::process::ExitCode;
+
+use anyhow::Context;
+use fulcrum_model::tch::Kind;
+use fulcrum_model::{generate, DeviceChoice, Message, Model, SampleRequest, Sampling};
+
+/// Flags of `fulcrum generate`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Model: `tiny`, an HF folder, or a .gguf file.
+    #[arg(long)]
+    pub model: String,
+    /// Prompt text.
+    #[arg(long)]
+    pub prompt: String,
+    /// Wrap the prompt as a user message in the model's chat template (ChatML).
+    #[arg(long)]
+    pub chat: bool,
+    /// Most tokens to generate.
+    #[arg(long, default_value_t = 128)]
+    pub max_new_tokens: usize,
+    /// Sampling temperature; 0 means greedy decoding.
+    #[arg(long, default_value_t = 0.0)]
+    pub temperature: f64,
+    /// Keep only the k most likely tokens when sampling.
+    #[arg(long)]
+    pub top_k: Option<i64>,
+    /// Keep only the smallest set of tokens whose probability reaches p when sampling.
+    #[arg(long)]
+    pub top_p: Option<f64>,
+    /// Seed of the sampler's random stream.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Device: cpu, cuda, cuda:N or auto.
+    #[arg(long, default_value = "cpu")]
+    pub device: String,
+    /// Run in bfloat16 (CUDA only).
+    #[arg(long)]
+    pub bf16: bool,
+}
+
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let device = args.device.parse::<DeviceChoice>()?.resolve()?;
+    if args.temperature < 0.0 {
+        anyhow::bail!("--temperature must be >= 0, got {}", args.temperature);
+    }
+    let mut model = Model::load(&args.model, device).with_context(|| format!("loading {}", args.model))?;
+    if args.bf16 {
+        if !device.is_cuda() {
+            anyhow::bail!("--bf16 needs a CUDA device (got {device:?})");
+        }
+        model.set_kind(Kind::BFloat16);
+    }
+    let tokenizer = model.tokenizer()?;
+    let text = if args.chat {
+        model.chat_template()?.render(&[Message::user(&args.prompt)], true)
+    } else {
+        args.prompt.clone()
+    };
+    let prompt = tokenizer.encode(&text)?;
+    let sampling = if args.temperature == 0.0 {
+        Sampling::Greedy
+    } else {
+        Sampling::Sample {
+            temperature: args.temperature,
+            top_k: args.top_k,
+            top_p: args.top_p,
+        }
+    };
+    let req = SampleRequest {
+        prompts: vec![prompt],
+        samples_per_prompt: 1,
+        max_new_tokens: args.max_new_tokens,
+        sampling,
+        seed: args.seed,
+        stop_token_ids: model.stop_token_ids(),
+        stop_strings: vec![],
+    };
+    let start = std::time::Instant::now();
+    let out = generate(model.net(), &req, Some(tokenizer))?;
+    let completion = out.first().context("the sampler returned no completion")?;
+    println!("{}", tokenizer.decode(&completion.tokens, false)?);
+    let secs = start.elapsed().as_secs_f64();
+    eprintln!(
+        "fulcrum: {} tokens in {secs:.2} s ({:.1} tokens/s), finish: {:?}",
+        completion.tokens.len(),
+        completion.tokens.len() as f64 / secs,
+        completion.finish
+    );
+    Ok(ExitCode::SUCCESS)
+}

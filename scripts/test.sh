@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+#! The test command (README, .ci/run): installs libtorch on first use, then runs the workspace
+#! tests. Extra arguments go to `cargo test`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+./scripts/setup-libtorch.sh
+cargo test --workspace "$@"
