@@ -331,9 +331,11 @@ pub fn resume(run_dir: &Path, on: &mut dyn FnMut(Event<'_>)) -> Result<Summary, 
     let sft_accuracy = manifest.meta["sft_accuracy"].as_f64();
     let model = Model::load(&dir.to_string_lossy(), device).map_err(TrainError::model)?;
     let mut opt = new_optimizer(&cfg, &model);
-    fulcrum_model::checkpoint::load_optimizer(&dir, &mut opt).map_err(|e| TrainError::Checkpoint {
-        path: dir.clone(),
-        message: e.to_string(),
+    fulcrum_model::checkpoint::load_optimizer(&dir, &mut opt).map_err(|e| {
+        TrainError::Checkpoint {
+            path: dir.clone(),
+            message: e.to_string(),
+        }
     })?;
     let start_dir = (cfg.sft.steps > 0).then(|| sft_cache_dir(&cfg, run_dir));
     let reference = reference_model(&cfg, start_dir.as_deref(), device)?;

@@ -8,24 +8,39 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 const SMALL: &[&str] = &[
-    "--set", "steps=4",
-    "--set", "checkpoint_every=1",
-    "--set", "eval_every=2",
-    "--set", "sft.steps=6",
-    "--set", "sft.batch_size=8",
-    "--set", "rollout.prompts_per_step=3",
-    "--set", "rollout.group_size=4",
-    "--set", "rollout.max_response_len=24",
-    "--set", "eval.prompts=6",
-    "--set", "task.difficulty=1",
-    "--set", "ppo.micro_batch_size=5",
+    "--set",
+    "steps=4",
+    "--set",
+    "checkpoint_every=1",
+    "--set",
+    "eval_every=2",
+    "--set",
+    "sft.steps=6",
+    "--set",
+    "sft.batch_size=8",
+    "--set",
+    "rollout.prompts_per_step=3",
+    "--set",
+    "rollout.group_size=4",
+    "--set",
+    "rollout.max_response_len=24",
+    "--set",
+    "eval.prompts=6",
+    "--set",
+    "task.difficulty=1",
+    "--set",
+    "ppo.micro_batch_size=5",
 ];
 
 fn train(cwd: &Path, extra: &[&str]) -> Output {
     let mut args = vec!["train", "--quiet"];
     args.extend_from_slice(SMALL);
     args.extend_from_slice(extra);
-    Command::new(env!("CARGO_BIN_EXE_fulcrum")).current_dir(cwd).args(&args).output().expect("fulcrum runs")
+    Command::new(env!("CARGO_BIN_EXE_fulcrum"))
+        .current_dir(cwd)
+        .args(&args)
+        .output()
+        .expect("fulcrum runs")
 }
 
 fn err(o: &Output) -> String {
@@ -39,7 +54,9 @@ fn metrics(run: &Path) -> Vec<Value> {
         .lines()
         .map(|l| {
             let mut v: Value = serde_json::from_str(l).unwrap();
-            v.as_object_mut().unwrap().retain(|k, _| !k.starts_with("time/"));
+            v.as_object_mut()
+                .unwrap()
+                .retain(|k, _| !k.starts_with("time/"));
             v
         })
         .collect()
@@ -47,7 +64,13 @@ fn metrics(run: &Path) -> Vec<Value> {
 
 fn sha(path: &Path) -> String {
     let bytes = std::fs::read(path).unwrap();
-    format!("{:x}", bytes.iter().fold(0xcbf29ce484222325u64, |h, b| (h ^ *b as u64).wrapping_mul(0x100000001b3)))
+    format!(
+        "{:x}",
+        bytes
+            .iter()
+            .fold(0xcbf29ce484222325u64, |h, b| (h ^ *b as u64)
+                .wrapping_mul(0x100000001b3))
+    )
 }
 
 #[test]
@@ -57,22 +80,44 @@ fn same_config_and_seed_give_identical_metrics() {
     assert!(a.status.success(), "{}", err(&a));
     let b = train(dir.path(), &["--run-dir", "runs/b"]);
     assert!(b.status.success(), "{}", err(&b));
-    let (ma, mb) = (metrics(&dir.path().join("runs/a")), metrics(&dir.path().join("runs/b")));
+    let (ma, mb) = (
+        metrics(&dir.path().join("runs/a")),
+        metrics(&dir.path().join("runs/b")),
+    );
     assert_eq!(ma.len(), 4);
     assert_eq!(ma, mb);
     for f in ["eval.jsonl", "samples.jsonl"] {
         let read = |r: &str| std::fs::read_to_string(dir.path().join(r).join(f)).unwrap();
         assert_eq!(read("runs/a"), read("runs/b"), "{f}");
     }
-    let w = |r: &str| sha(&dir.path().join(r).join("checkpoints/final/model.safetensors"));
+    let w = |r: &str| {
+        sha(&dir
+            .path()
+            .join(r)
+            .join("checkpoints/final/model.safetensors"))
+    };
     assert_eq!(w("runs/a"), w("runs/b"));
-    let summary: Value = serde_json::from_str(&std::fs::read_to_string(dir.path().join("runs/a/summary.json")).unwrap()).unwrap();
+    let summary: Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.path().join("runs/a/summary.json")).unwrap(),
+    )
+    .unwrap();
     for k in ["sft_accuracy", "final_accuracy", "steps", "wall_seconds"] {
         assert!(summary.get(k).is_some(), "summary.json lacks {k}");
     }
     // Every rule's diagnostics are in every line.
-    for rule in ["token", "token-group", "seq", "seq-sum", "drgrpo", "ba", "ba-batch"] {
-        assert!(ma[0].get(format!("mass_ratio/{rule}")).is_some(), "no mass_ratio/{rule}");
+    for rule in [
+        "token",
+        "token-group",
+        "seq",
+        "seq-sum",
+        "drgrpo",
+        "ba",
+        "ba-batch",
+    ] {
+        assert!(
+            ma[0].get(format!("mass_ratio/{rule}")).is_some(),
+            "no mass_ratio/{rule}"
+        );
     }
 }
 
@@ -83,7 +128,12 @@ fn killed_run_resumes_to_the_same_end() {
     assert!(whole.status.success(), "{}", err(&whole));
 
     // The kill point varies from run to run of this test (the clock), as a real crash would.
-    let kill_after = 1 + (std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos() % 3) as usize;
+    let kill_after = 1
+        + (std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .subsec_nanos()
+            % 3) as usize;
     let mut args = vec!["train", "--quiet"];
     args.extend_from_slice(SMALL);
     args.extend_from_slice(&["--run-dir", "runs/killed"]);
@@ -97,7 +147,9 @@ fn killed_run_resumes_to_the_same_end() {
     let run: PathBuf = dir.path().join("runs/killed");
     let t0 = Instant::now();
     loop {
-        let lines = std::fs::read_to_string(run.join("metrics.jsonl")).map(|t| t.lines().count()).unwrap_or(0);
+        let lines = std::fs::read_to_string(run.join("metrics.jsonl"))
+            .map(|t| t.lines().count())
+            .unwrap_or(0);
         if lines >= kill_after || t0.elapsed() > Duration::from_secs(300) {
             break;
         }
@@ -118,7 +170,9 @@ fn killed_run_resumes_to_the_same_end() {
     assert_eq!(metrics(&run), metrics(&dir.path().join("runs/whole")));
     assert_eq!(
         sha(&run.join("checkpoints/final/model.safetensors")),
-        sha(&dir.path().join("runs/whole/checkpoints/final/model.safetensors"))
+        sha(&dir
+            .path()
+            .join("runs/whole/checkpoints/final/model.safetensors"))
     );
 }
 
@@ -129,9 +183,16 @@ fn corrupt_checkpoint_is_refused_on_resume() {
     assert!(o.status.success(), "{}", err(&o));
     let weights = dir.path().join("r/checkpoints/step-2/model.safetensors");
     let len = std::fs::metadata(&weights).unwrap().len();
-    let f = std::fs::OpenOptions::new().write(true).open(&weights).unwrap();
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&weights)
+        .unwrap();
     f.set_len(len / 2).unwrap();
-    let o = Command::new(env!("CARGO_BIN_EXE_fulcrum")).current_dir(dir.path()).args(["train", "--resume", "r"]).output().unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_fulcrum"))
+        .current_dir(dir.path())
+        .args(["train", "--resume", "r"])
+        .output()
+        .unwrap();
     assert_eq!(o.status.code(), Some(2));
     assert!(err(&o).contains("truncated"), "{}", err(&o));
 }
@@ -141,23 +202,57 @@ fn bad_input_stops_before_training_naming_what_and_where() {
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path();
     std::fs::write(p.join("bad.toml"), "steps = 3\n[ppo]\neps_hi = 0.3\n").unwrap();
-    std::fs::write(p.join("noanswer.jsonl"), "{\"prompt\": \"Q: 1+1\\n\", \"answer\": \"2\"}\n{\"prompt\": \"Q: 2+2\\n\"}\n").unwrap();
+    std::fs::write(
+        p.join("noanswer.jsonl"),
+        "{\"prompt\": \"Q: 1+1\\n\", \"answer\": \"2\"}\n{\"prompt\": \"Q: 2+2\\n\"}\n",
+    )
+    .unwrap();
     std::fs::create_dir(p.join("empty-model")).unwrap();
     let cases: &[(&[&str], &str)] = &[
         (&["--config", "bad.toml"], "bad.toml: ppo"),
         (&["--set", "steps=many"], "steps"),
-        (&["--set", "task.name=jsonl", "--set", "task.path=missing.jsonl"], "missing.jsonl"),
-        (&["--set", "task.name=jsonl", "--set", "task.path=noanswer.jsonl"], "noanswer.jsonl:2"),
-        (&["--set", "model.path=empty-model", "--set", "sft.steps=0"], "empty-model"),
+        (
+            &[
+                "--set",
+                "task.name=jsonl",
+                "--set",
+                "task.path=missing.jsonl",
+            ],
+            "missing.jsonl",
+        ),
+        (
+            &[
+                "--set",
+                "task.name=jsonl",
+                "--set",
+                "task.path=noanswer.jsonl",
+            ],
+            "noanswer.jsonl:2",
+        ),
+        (
+            &["--set", "model.path=empty-model", "--set", "sft.steps=0"],
+            "empty-model",
+        ),
         (&["--set", "rule=ba_batch"], "did you mean ba-batch?"),
     ];
     for (k, (args, want)) in cases.iter().enumerate() {
         let run_dir = format!("run{k}");
         let mut a = vec!["train", "--quiet", "--run-dir", &run_dir];
         a.extend_from_slice(args);
-        let o = Command::new(env!("CARGO_BIN_EXE_fulcrum")).current_dir(p).args(&a).output().unwrap();
+        let o = Command::new(env!("CARGO_BIN_EXE_fulcrum"))
+            .current_dir(p)
+            .args(&a)
+            .output()
+            .unwrap();
         assert_eq!(o.status.code(), Some(2), "case {k}: {}", err(&o));
-        assert!(err(&o).contains(want), "case {k}: want {want:?} in {}", err(&o));
-        assert!(!p.join(&run_dir).join("metrics.jsonl").exists(), "case {k} trained anyway");
+        assert!(
+            err(&o).contains(want),
+            "case {k}: want {want:?} in {}",
+            err(&o)
+        );
+        assert!(
+            !p.join(&run_dir).join("metrics.jsonl").exists(),
+            "case {k} trained anyway"
+        );
     }
 }
