@@ -112,8 +112,20 @@ fn describe_failure(out: &RunOutput) -> String {
     let last: String = last.chars().take(120).collect();
     match out.exit_code {
         Some(0) => "tests did not run to the end".into(),
+        // bwrap reports a child killed by signal n as exit 128 + n.
+        Some(c) if c > 128 && out.stderr.trim().is_empty() => signal_reason(c - 128),
         Some(c) => format!("exit {c}: {last}"),
-        None => format!("killed by a signal: {last}"),
+        None => out.signal.map_or_else(|| "killed".into(), signal_reason),
+    }
+}
+
+fn signal_reason(sig: i32) -> String {
+    match sig {
+        libc::SIGXCPU => "CPU time limit (SIGXCPU)".into(),
+        libc::SIGKILL => "killed (SIGKILL: CPU time or memory limit)".into(),
+        libc::SIGXFSZ => "file size limit (SIGXFSZ)".into(),
+        libc::SIGSEGV => "crashed (SIGSEGV)".into(),
+        n => format!("killed by signal {n}"),
     }
 }
 
