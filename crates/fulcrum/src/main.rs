@@ -23,12 +23,15 @@ struct Cli {
 enum Command {
     /// Tell what each aggregation rule would do to a batch of rollouts (JSONL dump).
     Analyze(cmd::analyze::Args),
+    /// Score model responses (math, exact or sandboxed code) from a JSONL file.
+    Score(cmd::score::Args),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Analyze(args) => cmd::analyze::run(args),
+        Command::Score(args) => cmd::score::run(args),
     };
     match result {
         Ok(code) => code,
