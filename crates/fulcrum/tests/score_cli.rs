@@ -71,9 +71,7 @@ fn code_items_run_in_the_sandbox() -> std::io::Result<()> {
     let text = String::from_utf8_lossy(&out.stdout);
     let correct: Vec<bool> = text
         .lines()
-        .map(|l| {
-            serde_json::from_str::<serde_json::Value>(l).map_or(false, |v| v["correct"] == true)
-        })
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).is_ok_and(|v| v["correct"] == true))
         .collect();
     assert_eq!(correct, vec![true, false]);
     Ok(())
