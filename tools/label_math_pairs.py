@@ -11,13 +11,13 @@ Run offline in a throwaway venv (`python3 -m venv /tmp/mv && /tmp/mv/bin/pip ins
 The output is deterministic for a given seed and Math-Verify version (recorded in each line).
 """
 import argparse
+import importlib.metadata
 import json
 import random
 import re
 from pathlib import Path
 
 from math_verify import parse, verify
-import math_verify
 
 
 def strip_dollars(s):
@@ -130,7 +130,7 @@ def main():
             uniq.append((src, g))
     rng.shuffle(uniq)
     chosen = uniq[: args.golds]
-    version = getattr(math_verify, "__version__", "unknown")
+    version = importlib.metadata.version("math-verify")
     n = 0
     with open(args.out, "w") as f:
         for src, g in chosen:
