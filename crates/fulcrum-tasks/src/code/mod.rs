@@ -73,8 +73,14 @@ pub enum TestSpec {
 
 impl TestSpec {
     /// The spec for an `answer` field: `check(candidate)` when an entry point is given,
+    /// stdin/stdout cases when the answer is a JSON list of `{"input", "output"}` objects,
     /// assert statements otherwise.
     pub fn from_answer(answer: &str, entry_point: Option<&str>) -> TestSpec {
+        if entry_point.is_none() && answer.trim_start().starts_with('[') {
+            if let Some(cases) = stdio_cases(answer) {
+                return TestSpec::Stdio(cases);
+            }
+        }
         match entry_point {
             Some(ep) if !ep.trim().is_empty() => TestSpec::Check {
                 test: answer.to_string(),
@@ -83,6 +89,21 @@ impl TestSpec {
             _ => TestSpec::Asserts(answer.to_string()),
         }
     }
+}
+
+/// Parses `[{"input": .., "output": ..}, ...]`.
+fn stdio_cases(answer: &str) -> Option<Vec<(String, String)>> {
+    let v: serde_json::Value = serde_json::from_str(answer).ok()?;
+    v.as_array()?
+        .iter()
+        .map(|c| {
+            Some((
+                c.get("input")?.as_str()?.to_string(),
+                c.get("output")?.as_str()?.to_string(),
+            ))
+        })
+        .collect::<Option<Vec<_>>>()
+        .filter(|c| !c.is_empty())
 }
 
 /// The result of testing one program.
