@@ -57,13 +57,17 @@ def equivalent_rewrites(g, rng):
     c = []
     if INT.match(g):
         n = int(g)
-        c += [f"{n}.0", f"\\frac{{{2 * n}}}{{2}}", f"{n}.00", f"x = {n}"]
+        c += [f"{n}.0", f"\\frac{{{2 * n}}}{{2}}", f"{n}.00", f"x = {n}", f"{n}\\%"]
         if abs(n) >= 1000:
             c.append(f"{n:,}")
+            if n % 100 == 0:
+                c.append(f"{n / 1000:g}\\times 10^{{3}}")
     m = FRAC.match(g)
     if m:
         sgn, a, b = m.groups()
         c += [f"{sgn}{a}/{b}", f"{sgn}\\dfrac{{{a}}}{{{b}}}", f"{sgn}\\frac{{{2*int(a)}}}{{{2*int(b)}}}"]
+        if int(a) > int(b) and int(a) % int(b):
+            c.append(f"{sgn}{int(a) // int(b)}\\frac{{{int(a) % int(b)}}}{{{b}}}")
         x = int(a) / int(b)
         if int(b) in (2, 4, 5, 8, 10, 20, 25, 50, 100):
             c.append(("-" if sgn else "") + repr(round(x, 6)))
@@ -75,6 +79,8 @@ def equivalent_rewrites(g, rng):
         c.append(g.replace(" ", ""))
     elif re.search(r"[+\-=,]", g[1:]):
         c.append(re.sub(r"\s+", " ", re.sub(r"(?<=.)([+\-=,])", r" \1 ", g)).strip())
+    if "," in g and not g.startswith(("(", "[", "\\")) and not re.match(r"^-?\d{1,3}(,\d{3})+$", g):
+        c.append(",".join(reversed(g.split(","))))
     if g.startswith("(") and g.endswith(")") and "," in g:
         c.append("\\left" + g[:-1] + "\\right)")
     if "^\\circ" in g:

@@ -192,6 +192,11 @@ impl CodeRunner {
         &self.config
     }
 
+    /// How many programs run at the same time at most.
+    pub fn workers(&self) -> usize {
+        self.workers
+    }
+
     fn run_bounded(&self, program: &str, stdin: &str) -> Result<RunOutput, String> {
         {
             let mut busy = self.busy.lock().map_err(|_| "runner lock poisoned")?;
