@@ -43,10 +43,16 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let reqs = parse_requests(&args.file, &text)?;
     let runner = reqs.iter().any(|r| r.verifier == Verifier::Code).then(|| {
         let detected = CodeRunner::detect();
-        match args.workers {
+        let runner = match args.workers {
             Some(w) => CodeRunner::new(detected.config().clone(), w),
             None => detected,
-        }
+        };
+        eprintln!(
+            "fulcrum: code sandbox: {} mode, {} workers",
+            runner.config().mode.name(),
+            runner.workers()
+        );
+        runner
     });
     let scores = score_requests(&reqs, mode, runner.as_ref());
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
