@@ -70,5 +70,35 @@ fn benchmark_names_create_tasks_that_score() -> Result<(), fulcrum_tasks::TaskEr
     let demo = e.demonstration.clone().unwrap_or_default();
     assert!(mbpp.score(e, &format!("```python\n{demo}\n```")).correct);
     assert!(!mbpp.score(e, "```python\npass\n```").correct);
+
+    // A batch runs the programs concurrently and keeps the order.
+    let ex = mbpp.examples(Split::Test, 1, 4)?;
+    let right: Vec<String> = ex
+        .iter()
+        .map(|e| {
+            format!(
+                "```python\n{}\n```",
+                e.demonstration.clone().unwrap_or_default()
+            )
+        })
+        .collect();
+    let items: Vec<(&fulcrum_tasks::Example, &str)> = ex
+        .iter()
+        .zip(&right)
+        .enumerate()
+        .map(|(i, (e, r))| {
+            (
+                e,
+                if i % 2 == 0 {
+                    r.as_str()
+                } else {
+                    "```python\npass\n```"
+                },
+            )
+        })
+        .collect();
+    let scores = mbpp.score_batch(&items);
+    let correct: Vec<bool> = scores.iter().map(|s| s.correct).collect();
+    assert_eq!(correct, vec![true, false, true, false]);
     Ok(())
 }
