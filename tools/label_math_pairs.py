@@ -11,13 +11,13 @@ Run offline in a throwaway venv (`python3 -m venv /tmp/mv && /tmp/mv/bin/pip ins
 The output is deterministic for a given seed and Math-Verify version (recorded in each line).
 """
 import argparse
+import importlib.metadata
 import json
 import random
 import re
 from pathlib import Path
 
 from math_verify import parse, verify
-import math_verify
 
 
 def strip_dollars(s):
@@ -57,13 +57,17 @@ def equivalent_rewrites(g, rng):
     c = []
     if INT.match(g):
         n = int(g)
-        c += [f"{n}.0", f"\\frac{{{2 * n}}}{{2}}", f"{n}.00", f"x = {n}"]
+        c += [f"{n}.0", f"\\frac{{{2 * n}}}{{2}}", f"{n}.00", f"x = {n}", f"{n}\\%"]
         if abs(n) >= 1000:
             c.append(f"{n:,}")
+            if n % 100 == 0:
+                c.append(f"{n / 1000:g}\\times 10^{{3}}")
     m = FRAC.match(g)
     if m:
         sgn, a, b = m.groups()
         c += [f"{sgn}{a}/{b}", f"{sgn}\\dfrac{{{a}}}{{{b}}}", f"{sgn}\\frac{{{2*int(a)}}}{{{2*int(b)}}}"]
+        if int(a) > int(b) and int(a) % int(b):
+            c.append(f"{sgn}{int(a) // int(b)}\\frac{{{int(a) % int(b)}}}{{{b}}}")
         x = int(a) / int(b)
         if int(b) in (2, 4, 5, 8, 10, 20, 25, 50, 100):
             c.append(("-" if sgn else "") + repr(round(x, 6)))
@@ -75,6 +79,8 @@ def equivalent_rewrites(g, rng):
         c.append(g.replace(" ", ""))
     elif re.search(r"[+\-=,]", g[1:]):
         c.append(re.sub(r"\s+", " ", re.sub(r"(?<=.)([+\-=,])", r" \1 ", g)).strip())
+    if "," in g and not g.startswith(("(", "[", "\\")) and not re.match(r"^-?\d{1,3}(,\d{3})+$", g):
+        c.append(",".join(reversed(g.split(","))))
     if g.startswith("(") and g.endswith(")") and "," in g:
         c.append("\\left" + g[:-1] + "\\right)")
     if "^\\circ" in g:
@@ -130,7 +136,7 @@ def main():
             uniq.append((src, g))
     rng.shuffle(uniq)
     chosen = uniq[: args.golds]
-    version = getattr(math_verify, "__version__", "unknown")
+    version = importlib.metadata.version("math-verify")
     n = 0
     with open(args.out, "w") as f:
         for src, g in chosen:

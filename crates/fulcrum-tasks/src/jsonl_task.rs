@@ -13,6 +13,7 @@ use crate::code::CodeRunner;
 use crate::data::{load_strict, Format};
 use crate::error::Result;
 use crate::rng::Rng;
+use crate::score_file::{score_requests, ScoreRequest};
 use crate::task::{Example, Score, Split, Task};
 use crate::verify::{score_response, RewardMode, Verifier};
 
@@ -70,6 +71,23 @@ impl Task for JsonlTask {
 
     fn examples(&self, _split: Split, seed: u64, count: usize) -> Result<Vec<Example>> {
         Ok(seeded_order(&self.examples, seed, count))
+    }
+
+    fn score_batch(&self, items: &[(&Example, &str)]) -> Vec<Score> {
+        let reqs: Vec<ScoreRequest> = items
+            .iter()
+            .map(|(e, r)| ScoreRequest {
+                response: r.to_string(),
+                answer: e.answer.clone(),
+                verifier: e.verifier,
+                entry_point: e.entry_point.clone(),
+            })
+            .collect();
+        let runner = reqs
+            .iter()
+            .any(|r| r.verifier == Verifier::Code)
+            .then(|| self.runner.get_or_init(CodeRunner::detect));
+        score_requests(&reqs, self.reward, runner)
     }
 
     fn score(&self, example: &Example, response: &str) -> Score {

@@ -26,6 +26,7 @@ pub mod error;
 pub mod jsonl_task;
 pub mod math;
 pub mod rng;
+pub mod score_file;
 pub mod synthetic;
 pub mod task;
 pub mod verify;

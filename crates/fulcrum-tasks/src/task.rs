@@ -73,6 +73,12 @@ pub trait Task: Send + Sync {
 
     /// Scores one response to `example`. Never fails: a problem is a zero reward with a reason.
     fn score(&self, example: &Example, response: &str) -> Score;
+
+    /// Scores many responses, in order. Tasks with code verifiers override this to run the
+    /// programs concurrently in the sandbox's bounded pool; the default scores one by one.
+    fn score_batch(&self, items: &[(&Example, &str)]) -> Vec<Score> {
+        items.iter().map(|(e, r)| self.score(e, r)).collect()
+    }
 }
 
 /// The names [`create_task`] knows, besides the benchmark names of [`crate::data::registry`].

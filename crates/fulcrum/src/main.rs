@@ -33,6 +33,8 @@ enum Command {
     Generate(cmd::generate::Args),
     /// Convert a GGUF model into an HF folder (config.json, model.safetensors, tokenizer.json).
     Convert(cmd::convert::Args),
+    /// Score model responses (math, exact or sandboxed code) from a JSONL file.
+    Score(cmd::score::Args),
 }
 
 fn main() -> ExitCode {
@@ -44,6 +46,7 @@ fn main() -> ExitCode {
         Command::Eval(args) => cmd::eval::run(args),
         Command::Generate(args) => cmd::generate::run(args),
         Command::Convert(args) => cmd::convert::run(args),
+        Command::Score(args) => cmd::score::run(args),
     };
     match result {
         Ok(code) => code,

@@ -73,8 +73,14 @@ pub enum TestSpec {
 
 impl TestSpec {
     /// The spec for an `answer` field: `check(candidate)` when an entry point is given,
+    /// stdin/stdout cases when the answer is a JSON list of `{"input", "output"}` objects,
     /// assert statements otherwise.
     pub fn from_answer(answer: &str, entry_point: Option<&str>) -> TestSpec {
+        if entry_point.is_none() && answer.trim_start().starts_with('[') {
+            if let Some(cases) = stdio_cases(answer) {
+                return TestSpec::Stdio(cases);
+            }
+        }
         match entry_point {
             Some(ep) if !ep.trim().is_empty() => TestSpec::Check {
                 test: answer.to_string(),
@@ -83,6 +89,21 @@ impl TestSpec {
             _ => TestSpec::Asserts(answer.to_string()),
         }
     }
+}
+
+/// Parses `[{"input": .., "output": ..}, ...]`.
+fn stdio_cases(answer: &str) -> Option<Vec<(String, String)>> {
+    let v: serde_json::Value = serde_json::from_str(answer).ok()?;
+    v.as_array()?
+        .iter()
+        .map(|c| {
+            Some((
+                c.get("input")?.as_str()?.to_string(),
+                c.get("output")?.as_str()?.to_string(),
+            ))
+        })
+        .collect::<Option<Vec<_>>>()
+        .filter(|c| !c.is_empty())
 }
 
 /// The result of testing one program.
@@ -112,8 +133,20 @@ fn describe_failure(out: &RunOutput) -> String {
     let last: String = last.chars().take(120).collect();
     match out.exit_code {
         Some(0) => "tests did not run to the end".into(),
+        // bwrap reports a child killed by signal n as exit 128 + n.
+        Some(c) if c > 128 && out.stderr.trim().is_empty() => signal_reason(c - 128),
         Some(c) => format!("exit {c}: {last}"),
-        None => format!("killed by a signal: {last}"),
+        None => out.signal.map_or_else(|| "killed".into(), signal_reason),
+    }
+}
+
+fn signal_reason(sig: i32) -> String {
+    match sig {
+        libc::SIGXCPU => "CPU time limit (SIGXCPU)".into(),
+        libc::SIGKILL => "killed (SIGKILL: CPU time or memory limit)".into(),
+        libc::SIGXFSZ => "file size limit (SIGXFSZ)".into(),
+        libc::SIGSEGV => "crashed (SIGSEGV)".into(),
+        n => format!("killed by signal {n}"),
     }
 }
 
@@ -157,6 +190,11 @@ impl CodeRunner {
     /// The sandbox settings.
     pub fn config(&self) -> &SandboxConfig {
         &self.config
+    }
+
+    /// How many programs run at the same time at most.
+    pub fn workers(&self) -> usize {
+        self.workers
     }
 
     fn run_bounded(&self, program: &str, stdin: &str) -> Result<RunOutput, String> {

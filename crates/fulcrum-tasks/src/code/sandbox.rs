@@ -12,8 +12,10 @@
 //! - **`rlimit`** (fallback when bwrap is absent or cannot start): the same rlimits, a new
 //!   session, a fresh working directory, an empty environment, and (when fulcrum runs as root)
 //!   a new network namespace and the unprivileged uid 65534, so the host's files are protected by
-//!   permissions. It does **not** hide readable host files, and a child that leaves the process
-//!   group is only bounded by its CPU-time limit; use bwrap for untrusted code.
+//!   permissions. After the run it kills the process group and every process whose environment
+//!   carries the run's id, so detached children go too. It does **not** hide readable host files
+//!   or the host's process list, and a child that clears its environment *and* leaves the
+//!   process group survives until its CPU-time limit; use bwrap for untrusted code.
 //!
 //! In both modes the program runs with rlimits set before exec: CPU seconds, address space,
 //! file size, open files, processes (counted per uid: the runner's uid 65534 when root), no core
@@ -118,6 +120,8 @@ pub struct RunOutput {
     pub id: String,
     /// Exit code, if the program exited normally.
     pub exit_code: Option<i32>,
+    /// The signal that killed it, if one did (rlimit mode; bwrap reports 128 + n as exit code).
+    pub signal: Option<i32>,
     /// Killed by the wall-clock deadline.
     pub timed_out: bool,
     /// Killed for writing more than `max_output_bytes`.
@@ -204,13 +208,14 @@ fn rlimit_command(cfg: &SandboxConfig, dir: &Path, id: &str) -> Command {
 /// Sets the rlimits and drops to the sandbox uid; runs in the child between fork and exec, so
 /// it only calls async-signal-safe libc functions.
 fn limit_child(cfg: &SandboxConfig, mode: SandboxMode) -> impl FnMut() -> std::io::Result<()> {
+    // CPU: SIGXCPU at the soft limit, SIGKILL one second later (for programs ignoring it).
     let limits = [
-        (libc::RLIMIT_CPU, cfg.cpu_seconds),
-        (libc::RLIMIT_AS, cfg.memory_bytes),
-        (libc::RLIMIT_FSIZE, cfg.max_file_bytes),
-        (libc::RLIMIT_NOFILE, 256),
-        (libc::RLIMIT_NPROC, cfg.max_processes),
-        (libc::RLIMIT_CORE, 0),
+        (libc::RLIMIT_CPU, cfg.cpu_seconds, cfg.cpu_seconds + 1),
+        (libc::RLIMIT_AS, cfg.memory_bytes, cfg.memory_bytes),
+        (libc::RLIMIT_FSIZE, cfg.max_file_bytes, cfg.max_file_bytes),
+        (libc::RLIMIT_NOFILE, 256, 256),
+        (libc::RLIMIT_NPROC, cfg.max_processes, cfg.max_processes),
+        (libc::RLIMIT_CORE, 0, 0),
     ];
     move || {
         // SAFETY: plain libc calls on values owned by this closure; no allocation.
@@ -231,10 +236,10 @@ fn limit_child(cfg: &SandboxConfig, mode: SandboxMode) -> impl FnMut() -> std::i
                     return Err(std::io::Error::last_os_error());
                 }
             }
-            for (res, v) in limits {
+            for (res, soft, hard) in limits {
                 let lim = libc::rlimit {
-                    rlim_cur: v,
-                    rlim_max: v,
+                    rlim_cur: soft,
+                    rlim_max: hard,
                 };
                 if libc::setrlimit(res, &lim) != 0 {
                     return Err(std::io::Error::last_os_error());
@@ -272,6 +277,42 @@ fn spawn_reader(
         let _ = tx.send(buf);
     });
     rx
+}
+
+/// Kills every process whose environment holds `FULCRUM_SANDBOX_ID=<id>` (rlimit mode's
+/// substitute for a pid namespace; needs permission to read other processes' environments,
+/// which root and the same uid have).
+fn kill_tagged(id: &str) {
+    let marker = format!("FULCRUM_SANDBOX_ID={id}");
+    for _ in 0..20 {
+        let Ok(dir) = std::fs::read_dir("/proc") else {
+            return;
+        };
+        let mut found = false;
+        for entry in dir.flatten() {
+            let Some(pid) = entry
+                .file_name()
+                .to_str()
+                .and_then(|p| p.parse::<i32>().ok())
+            else {
+                continue;
+            };
+            let Ok(env) = std::fs::read(entry.path().join("environ")) else {
+                continue;
+            };
+            if env.split(|&b| b == 0).any(|kv| kv == marker.as_bytes()) {
+                found = true;
+                // SAFETY: signalling a process that carries our run's id.
+                unsafe {
+                    libc::kill(pid, libc::SIGKILL);
+                }
+            }
+        }
+        if !found {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }
 
 /// Runs `program` (Python source) with `stdin`, under `cfg`'s mode and limits.
@@ -343,8 +384,12 @@ pub fn run_python(cfg: &SandboxConfig, program: &str, stdin: &str) -> Result<Run
         }
         std::thread::sleep(Duration::from_millis(2));
     };
-    // Whatever is left of the group (rlimit mode) goes too.
+    // Whatever is left of the group goes too; in rlimit mode also every process that still
+    // carries this run's id in its environment (children that left the process group).
     kill_all();
+    if cfg.mode == SandboxMode::Rlimit {
+        kill_tagged(&id);
+    }
     let collect = |rx: Option<mpsc::Receiver<Vec<u8>>>| {
         rx.and_then(|r| r.recv_timeout(Duration::from_millis(500)).ok())
             .map(|b| String::from_utf8_lossy(&b).into_owned())
@@ -355,6 +400,7 @@ pub fn run_python(cfg: &SandboxConfig, program: &str, stdin: &str) -> Result<Run
     Ok(RunOutput {
         id,
         exit_code: status.and_then(|s| s.code()),
+        signal: status.and_then(|s| std::os::unix::process::ExitStatusExt::signal(&s)),
         timed_out,
         output_overflow: overflow.load(Ordering::SeqCst),
         stdout,

@@ -7,11 +7,12 @@
 //! | `polaris` | `problem`, `answer` (string or number or list: first) | `answer` |
 //! | `math` (MATH, Minerva) | `problem`, `solution` | last `\boxed{}` of `solution` |
 //! | `gsm8k` | `question`, `answer` | text after `####` (thousands separators kept for the checker) |
-//! | `qa` (AMC) | `question` or `problem`, `answer` | `answer`, whole floats as integers |
+//! | `qa` (AMC, SvS) | `question` or `problem`, `answer` or `ref_answer` | the answer, whole floats as integers |
 //! | `olympiad` | `question`, `final_answer` (list) | the answers joined with `, ` |
 //! | `humaneval` | `prompt`, `test`, `entry_point` | code verifier with `check(candidate)` |
-//! | `mbpp` (sanitized) | `prompt`, `test_list`, `test_imports` | code verifier with asserts |
+//! | `mbpp` (sanitized or full) | `prompt` or `text`, `test_list`, `test_imports` / `test_setup_code` | code verifier with asserts |
 //! | `leetcode` | `problem`, `tests.functional` | code verifier, entry point `Solution().<method>` |
+//! | `codeforces` | `problem`, `tests` = list of `{input, output}` | code verifier, stdin/stdout cases (the answer is that list as JSON) |
 //!
 //! `auto` picks a format from the fields of each record. A record without a usable prompt or
 //! answer is an error naming file, line and field; it never becomes an empty example.
@@ -51,11 +52,13 @@ pub enum Format {
     Mbpp,
     /// DeepCoder's LeetCode set.
     LeetCode,
+    /// DeepCoder's Codeforces set (stdin/stdout cases).
+    Codeforces,
 }
 
 impl Format {
     /// Every format, in one place.
-    pub const ALL: [Format; 11] = [
+    pub const ALL: [Format; 12] = [
         Format::Auto,
         Format::Generic,
         Format::Verl,
@@ -67,6 +70,7 @@ impl Format {
         Format::HumanEval,
         Format::Mbpp,
         Format::LeetCode,
+        Format::Codeforces,
     ];
 
     /// The config spelling.
@@ -83,6 +87,7 @@ impl Format {
             Format::HumanEval => "humaneval",
             Format::Mbpp => "mbpp",
             Format::LeetCode => "leetcode",
+            Format::Codeforces => "codeforces",
         }
     }
 
@@ -97,12 +102,16 @@ impl Format {
             Format::Mbpp
         } else if v.pointer("/tests/functional").is_some() {
             Format::LeetCode
+        } else if v.get("tests").is_some_and(Value::is_array) {
+            Format::Codeforces
         } else if has("final_answer") {
             Format::Olympiad
         } else if has("prompt") && has("answer") {
             Format::Generic
         } else if has("problem") && has("answer") {
             Format::Polaris
+        } else if has("question") && has("ref_answer") {
+            Format::Qa
         } else if has("question") && has("answer") {
             let hashes = v
                 .get("answer")
@@ -293,7 +302,12 @@ pub fn to_example(path: &Path, line: usize, v: &Value, format: Format) -> Result
         }
         Format::Qa => {
             let prompt = f.text("question").or_else(|_| f.text("problem"))?;
-            math(prompt, f.answer("answer")?)
+            let answer = if v.get("ref_answer").is_some() && v.get("answer").is_none() {
+                f.answer("ref_answer")?
+            } else {
+                f.answer("answer")?
+            };
+            math(prompt, answer)
         }
         Format::Olympiad => {
             let answers = match f.get("final_answer")? {
@@ -337,10 +351,18 @@ pub fn to_example(path: &Path, line: usize, v: &Value, format: Format) -> Result
                 .unwrap_or_default();
             let mut test = imports.join("\n");
             test.push('\n');
+            if let Some(setup) = f.optional_text("test_setup_code") {
+                test.push_str(&setup);
+                test.push('\n');
+            }
             test.push_str(&tests.join("\n"));
             Example {
                 id: v.get("task_id").map_or(id, |t| format!("mbpp/{t}")),
-                prompt: f.text("prompt")?,
+                prompt: if v.get("prompt").is_some() {
+                    f.text("prompt")?
+                } else {
+                    f.text("text")?
+                },
                 answer: test,
                 demonstration: f.optional_text("code"),
                 verifier: Verifier::Code,
@@ -359,6 +381,30 @@ pub fn to_example(path: &Path, line: usize, v: &Value, format: Format) -> Result
                 demonstration: f.optional_text("solutions"),
                 verifier: Verifier::Code,
                 entry_point: Some(format!("Solution().{method}")),
+            }
+        }
+        Format::Codeforces => {
+            let cases = match f.get("tests")? {
+                Value::Array(t) if !t.is_empty() => t,
+                _ => return Err(f.err("tests", "expected a non-empty list")),
+            };
+            for (i, c) in cases.iter().enumerate() {
+                let ok = c.get("input").is_some_and(Value::is_string)
+                    && c.get("output").is_some_and(Value::is_string);
+                if !ok {
+                    return Err(f.err(
+                        &format!("tests/{i}"),
+                        "expected {\"input\": string, \"output\": string}",
+                    ));
+                }
+            }
+            Example {
+                id,
+                prompt: f.text("problem")?,
+                answer: Value::Array(cases.clone()).to_string(),
+                demonstration: None,
+                verifier: Verifier::Code,
+                entry_point: None,
             }
         }
     })
@@ -431,6 +477,25 @@ mod tests {
             let e = ex(v).err().map(|e| e.to_string()).unwrap_or_default();
             assert!(e.starts_with(&format!("f.jsonl:7: {field}")), "{e}");
         }
+    }
+
+    #[test]
+    fn codeforces_tests_become_stdio_cases_and_svs_uses_ref_answer() -> Result<()> {
+        let e = ex(json!({"problem": "add", "tests": [{"input": "1 2\n", "output": "3\n"}]}))?;
+        assert_eq!(e.verifier, Verifier::Code);
+        assert_eq!(
+            crate::code::TestSpec::from_answer(&e.answer, None),
+            crate::code::TestSpec::Stdio(vec![("1 2\n".into(), "3\n".into())])
+        );
+        let e = ex(json!({"question": "Q", "ref_answer": "216", "data_source": "MATH-500"}))?;
+        assert_eq!(e.answer, "216");
+        let bad = ex(json!({"problem": "p", "tests": [{"input": 1}]}));
+        assert!(bad
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default()
+            .contains("tests/0"));
+        Ok(())
     }
 
     #[test]

@@ -148,4 +148,7 @@ impl Task for BenchmarkTask {
     fn score(&self, example: &Example, response: &str) -> Score {
         self.inner.score(example, response)
     }
+    fn score_batch(&self, items: &[(&Example, &str)]) -> Vec<Score> {
+        self.inner.score_batch(items)
+    }
 }

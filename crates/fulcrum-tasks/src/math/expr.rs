@@ -339,7 +339,16 @@ impl Parser<'_> {
     }
 
     fn product(&mut self) -> Option<Expr> {
+        self.peek();
+        let start = self.i;
         let mut acc = self.power()?;
+        // A mixed number: an integer literal followed by a fraction of integer literals
+        // (`1\frac{4}{5}` is 9/5, as MATH answers write it).
+        if self.s[start..self.i].iter().all(u8::is_ascii_digit) {
+            if let Some(frac) = self.integer_fraction() {
+                acc = Expr::Add(Box::new(acc), Box::new(frac));
+            }
+        }
         loop {
             if self.eat("*") || self.eat("\\times") || self.eat("\\cdot") {
                 acc = Expr::Mul(Box::new(acc), Box::new(self.power()?));
@@ -353,6 +362,22 @@ impl Parser<'_> {
             }
         }
         Some(acc)
+    }
+
+    /// `\frac{a}{b}` with digit-only `a` and `b`, consumed only if it matches.
+    fn integer_fraction(&mut self) -> Option<Expr> {
+        let rest = &self.s[self.i..];
+        let body = rest.strip_prefix(b"\\frac{")?;
+        let a = body.iter().take_while(|c| c.is_ascii_digit()).count();
+        let body2 = body[a..].strip_prefix(b"}{")?;
+        let b = body2.iter().take_while(|c| c.is_ascii_digit()).count();
+        if a == 0 || b == 0 || a > 30 || b > 30 || body2.get(b) != Some(&b'}') {
+            return None;
+        }
+        let num: i128 = std::str::from_utf8(&body[..a]).ok()?.parse().ok()?;
+        let den: i128 = std::str::from_utf8(&body2[..b]).ok()?.parse().ok()?;
+        self.i += 6 + a + 2 + b + 1;
+        Some(Expr::Rat(num, den))
     }
 
     fn starts_atom(&mut self) -> bool {
@@ -583,6 +608,12 @@ mod tests {
         assert_eq!(value("\\sqrt{\\frac{9}{4}}"), Some(Val::Rat(3, 2)));
         assert_eq!(value("\\binom{5}{2}"), Some(Val::Rat(10, 1)));
         assert_eq!(value("2^{10}"), Some(Val::Rat(1024, 1)));
+        assert_eq!(value("1\\frac{4}{5}"), Some(Val::Rat(9, 5)));
+        assert_eq!(value("-2\\frac{1}{2}"), Some(Val::Rat(-5, 2)));
+        assert_eq!(
+            value("2\\frac{\\pi}{2}").map(Val::f),
+            Some(std::f64::consts::PI)
+        );
     }
 
     #[test]

@@ -98,7 +98,13 @@ pub fn equivalent(gold: &str, pred: &str) -> bool {
     if g.is_empty() || p.is_empty() {
         return false;
     }
-    structured_equal(&g, &p)
+    if structured_equal(&g, &p) {
+        return true;
+    }
+    // A percentage equals both its number and its fraction: `50\%` is `50` and `0.5`.
+    let as_fraction = |s: &str| format!("\\frac{{({s})}}{{100}}");
+    (gold.contains('%') && structured_equal(&as_fraction(&g), &p))
+        || (pred.contains('%') && structured_equal(&g, &as_fraction(&p)))
 }
 
 /// Splits at top-level occurrences of `sep` (outside brackets and braces).
@@ -302,6 +308,9 @@ mod tests {
             ("x = 3", "3"),
             ("\\$18.90", "18.9"),
             ("50\\%", "50"),
+            ("50\\%", "0.5"),
+            ("0.1", "10\\%"),
+            ("1\\frac{4}{5}", "\\frac{9}{5}"),
         ] {
             assert!(equivalent(g, p), "{g} vs {p}");
         }
@@ -318,6 +327,8 @@ mod tests {
             ("[1,2)", "(1,2)"),
             ("2x+1", "2x-1"),
             ("10", "1"),
+            ("50\\%", "5"),
+            ("1\\frac{4}{5}", "\\frac{4}{5}"),
         ] {
             assert!(!equivalent(g, p), "{g} vs {p}");
         }

@@ -4,5 +4,6 @@ pub mod analyze;
 pub mod convert;
 pub mod eval;
 pub mod generate;
+pub mod score;
 pub mod sft;
 pub mod train;

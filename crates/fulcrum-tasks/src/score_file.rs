@@ -1,0 +1,170 @@
+//! Scoring a file of responses: the library side of `fulcrum score FILE`.
+//!
+//! Each JSONL line holds `response`, `answer` (a string, or a number for math) and optionally
+//! `verifier` (`math` default, `exact`, `code`) and `entry_point` (code with a
+//! `check(candidate)` test). [`parse_requests`] checks every line first, so a malformed line is
+//! an error naming `file:line: field` before anything is scored; [`score_requests`] scores them
+//! in input order, running code items concurrently in the sandbox.
+
+use std::path::Path;
+
+use serde_json::Value;
+
+use crate::code::{extract_code, CodeRunner, TestSpec};
+use crate::error::{Result, TaskError};
+use crate::task::Score;
+use crate::verify::{score_response, RewardMode, Verifier};
+
+/// One line of a score file.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ScoreRequest {
+    /// The model's response.
+    pub response: String,
+    /// The gold answer, or the test code for `code`.
+    pub answer: String,
+    /// How to check.
+    pub verifier: Verifier,
+    /// For `code` with `check(candidate)`.
+    pub entry_point: Option<String>,
+}
+
+/// Parses one line (1-based `line` for errors).
+pub fn parse_request(path: &Path, line: usize, text: &str) -> Result<ScoreRequest> {
+    let err = |field: &str, problem: String| TaskError::record(path, line, field, problem);
+    let v: Value = serde_json::from_str(text).map_err(|e| err("(json)", e.to_string()))?;
+    if !v.is_object() {
+        return Err(err("(json)", "expected an object".into()));
+    }
+    let response = match v.get("response") {
+        Some(Value::String(s)) => s.clone(),
+        Some(_) => return Err(err("response", "expected a string".into())),
+        None => return Err(err("response", "missing".into())),
+    };
+    let answer = match v.get("answer") {
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Number(n)) => n.to_string(),
+        Some(_) => return Err(err("answer", "expected a string or a number".into())),
+        None => return Err(err("answer", "missing".into())),
+    };
+    let verifier = match v.get("verifier") {
+        None | Some(Value::Null) => Verifier::Math,
+        Some(Value::String(s)) => s
+            .parse()
+            .map_err(|e: TaskError| err("verifier", e.to_string()))?,
+        Some(_) => return Err(err("verifier", "expected a string".into())),
+    };
+    let entry_point = match v.get("entry_point") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) => Some(s.clone()),
+        Some(_) => return Err(err("entry_point", "expected a string".into())),
+    };
+    Ok(ScoreRequest {
+        response,
+        answer,
+        verifier,
+        entry_point,
+    })
+}
+
+/// Parses every non-blank line of a score file's text.
+pub fn parse_requests(path: &Path, text: &str) -> Result<Vec<ScoreRequest>> {
+    text.lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+        .map(|(i, l)| parse_request(path, i + 1, l))
+        .collect()
+}
+
+/// Scores requests in order; `runner` is used for `code` items (which run concurrently).
+pub fn score_requests(
+    reqs: &[ScoreRequest],
+    mode: RewardMode,
+    runner: Option<&CodeRunner>,
+) -> Vec<Score> {
+    let code_idx: Vec<usize> = (0..reqs.len())
+        .filter(|&i| reqs[i].verifier == Verifier::Code)
+        .collect();
+    let mut code_scores = std::collections::HashMap::new();
+    if let Some(runner) = runner {
+        let jobs: Vec<(String, TestSpec)> = code_idx
+            .iter()
+            .map(|&i| {
+                let r = &reqs[i];
+                (
+                    extract_code(&r.response),
+                    TestSpec::from_answer(&r.answer, r.entry_point.as_deref()),
+                )
+            })
+            .collect();
+        for (i, o) in code_idx.iter().zip(runner.run_many(&jobs)) {
+            code_scores.insert(*i, Score::from_outcome(mode, o.passed, o.reason));
+        }
+    }
+    reqs.iter()
+        .enumerate()
+        .map(|(i, r)| match code_scores.remove(&i) {
+            Some(s) => s,
+            None => score_response(
+                r.verifier,
+                &r.response,
+                &r.answer,
+                r.entry_point.as_deref(),
+                mode,
+                None,
+            ),
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn malformed_lines_name_their_line_and_field() {
+        let p = Path::new("in.jsonl");
+        let text = "{\"response\": \"\\\\boxed{1}\", \"answer\": \"1\"}\n\n{\"response\": 3, \"answer\": \"1\"}\n";
+        let e = parse_requests(p, text)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert_eq!(e, "in.jsonl:3: response: expected a string");
+        let e = parse_requests(p, "{\"response\": \"x\"}")
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert_eq!(e, "in.jsonl:1: answer: missing");
+        let e = parse_requests(p, "not json")
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(e.starts_with("in.jsonl:1: (json):"), "{e}");
+        let e = parse_requests(
+            p,
+            "{\"response\": \"x\", \"answer\": \"1\", \"verifier\": \"regex\"}",
+        )
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+        assert!(
+            e.starts_with("in.jsonl:1: verifier: unknown verifier"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn scores_come_back_in_input_order() -> Result<()> {
+        let text = concat!(
+            "{\"response\": \"\\\\boxed{2}\", \"answer\": 2}\n",
+            "{\"response\": \"Answer: b\", \"answer\": \"a\", \"verifier\": \"exact\"}\n",
+            "{\"response\": \"so 0.5\", \"answer\": \"\\\\frac{1}{2}\"}\n",
+        );
+        let reqs = parse_requests(Path::new("x"), text)?;
+        let s = score_requests(&reqs, RewardMode::PlusMinus, None);
+        assert_eq!(
+            s.iter().map(|s| s.reward).collect::<Vec<_>>(),
+            vec![1.0, -1.0, 1.0]
+        );
+        Ok(())
+    }
+}
