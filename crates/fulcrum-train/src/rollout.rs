@@ -93,12 +93,18 @@ pub fn sample_and_score(
     let tok = model.tokenizer().map_err(TrainError::model)?;
     let completions =
         fulcrum_model::generate(model.net(), &req, Some(tok)).map_err(TrainError::model)?;
-    let mut out = Vec::with_capacity(completions.len());
+    let texts: Vec<String> = completions.iter().map(|c| decode_response(model, c)).collect::<Result<_, _>>()?;
+    // Scored together: code verifiers run their programs concurrently in the sandbox's pool.
     let t0 = std::time::Instant::now();
-    for c in completions {
-        let text = decode_response(model, &c)?;
-        let ex = &examples[c.prompt_index];
-        let score = task.score(ex, &text);
+    let pairs: Vec<(&Example, &str)> = completions
+        .iter()
+        .zip(&texts)
+        .map(|(c, t)| (&examples[c.prompt_index], t.as_str()))
+        .collect();
+    let scores = task.score_batch(&pairs);
+    let secs = t0.elapsed().as_secs_f64();
+    let mut out = Vec::with_capacity(completions.len());
+    for ((c, text), score) in completions.into_iter().zip(texts).zip(scores) {
         out.push(Rollout {
             group: first_group + c.prompt_index,
             prompt_ids: prompts[c.prompt_index].clone(),
@@ -111,5 +117,5 @@ pub fn sample_and_score(
             reason: score.reason,
         });
     }
-    Ok((out, t0.elapsed().as_secs_f64()))
+    Ok((out, secs))
 }

@@ -27,6 +27,9 @@ pub struct Args {
     /// No progress bar (also off when stderr is not a terminal).
     #[arg(long)]
     pub quiet: bool,
+    /// Print the resolved config (defaults < --config < --set) as TOML and exit.
+    #[arg(long)]
+    pub print_config: bool,
 }
 
 /// A progress bar on stderr, hidden when not on a terminal or with `--quiet`.
@@ -44,6 +47,11 @@ pub fn bar(quiet: bool) -> ProgressBar {
 }
 
 pub fn run(args: Args) -> Result<ExitCode> {
+    if args.print_config {
+        let cfg = Config::load(args.config.as_deref(), &args.set)?;
+        print!("{}", cfg.to_toml());
+        return Ok(ExitCode::SUCCESS);
+    }
     let pb = bar(args.quiet);
     let mut held_out = String::from("-");
     let mut on = |e: Event<'_>| match e {
