@@ -1,6 +1,7 @@
 //! Scoring a file of responses: the library side of `fulcrum score FILE`.
 //!
-//! Each JSONL line holds `response`, `answer` (a string, or a number for math) and optionally
+//! Each JSONL line holds `response`, `answer` (a string; a number for math; for code, test code
+//! or a list of `{"input", "output"}` stdin/stdout cases) and optionally
 //! `verifier` (`math` default, `exact`, `code`) and `entry_point` (code with a
 //! `check(candidate)` test). [`parse_requests`] checks every line first, so a malformed line is
 //! an error naming `file:line: field` before anything is scored; [`score_requests`] scores them
@@ -43,7 +44,14 @@ pub fn parse_request(path: &Path, line: usize, text: &str) -> Result<ScoreReques
     let answer = match v.get("answer") {
         Some(Value::String(s)) => s.clone(),
         Some(Value::Number(n)) => n.to_string(),
-        Some(_) => return Err(err("answer", "expected a string or a number".into())),
+        // stdin/stdout cases for `code`: a list of {"input", "output"} objects.
+        Some(v @ Value::Array(_)) => v.to_string(),
+        Some(_) => {
+            return Err(err(
+                "answer",
+                "expected a string, a number, or a list of {input, output} cases".into(),
+            ))
+        }
         None => return Err(err("answer", "missing".into())),
     };
     let verifier = match v.get("verifier") {
@@ -150,6 +158,17 @@ mod tests {
             e.starts_with("in.jsonl:1: verifier: unknown verifier"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn a_list_answer_becomes_stdio_cases() -> Result<()> {
+        let line = r#"{"response": "print(1)", "answer": [{"input": "", "output": "1"}], "verifier": "code"}"#;
+        let r = parse_request(Path::new("x"), 1, line)?;
+        assert_eq!(
+            TestSpec::from_answer(&r.answer, None),
+            TestSpec::Stdio(vec![(String::new(), "1".into())])
+        );
+        Ok(())
     }
 
     #[test]

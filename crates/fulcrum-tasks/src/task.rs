@@ -34,7 +34,9 @@ pub struct Example {
     pub answer: String,
     /// A worked response for SFT warm-up, if the task has one.
     pub demonstration: Option<String>,
-    /// How a response is checked.
+    /// How a response is checked. For synthetic tasks this says what the answer looks like;
+    /// [`Task::score`] is the authority (countdown accepts any expression that reaches the
+    /// target, which no plain verifier can check), so score through the task.
     pub verifier: Verifier,
     /// For `code` with a `check(candidate)` test: the function under test.
     pub entry_point: Option<String>,
