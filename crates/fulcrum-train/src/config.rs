@@ -42,6 +42,9 @@ pub struct Config {
     pub checkpoint_every: u64,
     /// Device: cpu, cuda, cuda:N or auto.
     pub device: String,
+    /// CPU threads for libtorch's kernels (0: one per core). On a machine that is busy with
+    /// other work, fewer threads than cores avoids OpenMP oversubscription, which is slow.
+    pub threads: usize,
     /// The policy model.
     pub model: ModelConfig,
     /// The task or dataset prompts come from (`fulcrum-tasks`: name, difficulty, length,
@@ -190,8 +193,15 @@ impl Default for Config {
             eval_every: 10,
             checkpoint_every: 20,
             device: "cpu".into(),
+            threads: 0,
             model: ModelConfig::default(),
-            task: TaskConfig::default(),
+            // The CPU demo: 3-digit additions whose demonstrations carry a mistake one time in
+            // five, so that SFT leaves room for RL to improve.
+            task: TaskConfig {
+                difficulty: 2,
+                mistake_rate: 0.2,
+                ..TaskConfig::default()
+            },
             rollout: RolloutConfig::default(),
             ppo: PpoConfig::default(),
             optim: OptimConfig::default(),
@@ -213,13 +223,13 @@ impl Default for ModelConfig {
 impl Default for RolloutConfig {
     fn default() -> Self {
         Self {
-            prompts_per_step: 16,
+            prompts_per_step: 8,
             group_size: 8,
             temperature: 1.0,
             top_p: 1.0,
             top_k: 0,
             max_prompt_len: 128,
-            max_response_len: 96,
+            max_response_len: 64,
             dynamic_sampling: false,
             dynamic_sampling_max_draws: 3,
             overlong_filter: false,
@@ -265,7 +275,7 @@ impl Default for OptimConfig {
 impl Default for SftConfig {
     fn default() -> Self {
         Self {
-            steps: 300,
+            steps: 200,
             batch_size: 32,
             lr: 1e-3,
             warmup_steps: 20,
@@ -530,6 +540,17 @@ mod tests {
         let text = c.to_toml();
         let back = Config::from_table(text.parse().unwrap(), "x").unwrap();
         assert_eq!(back, c);
+    }
+
+    #[test]
+    fn the_demo_preset_is_the_defaults() {
+        let preset = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../configs/demo.toml");
+        let c = Config::load(Some(&preset), &[]).unwrap();
+        assert_eq!(
+            c,
+            Config::default(),
+            "regenerate with `fulcrum train --print-config`"
+        );
     }
 
     #[test]

@@ -93,7 +93,10 @@ pub fn sample_and_score(
     let tok = model.tokenizer().map_err(TrainError::model)?;
     let completions =
         fulcrum_model::generate(model.net(), &req, Some(tok)).map_err(TrainError::model)?;
-    let texts: Vec<String> = completions.iter().map(|c| decode_response(model, c)).collect::<Result<_, _>>()?;
+    let texts: Vec<String> = completions
+        .iter()
+        .map(|c| decode_response(model, c))
+        .collect::<Result<_, _>>()?;
     // Scored together: code verifiers run their programs concurrently in the sandbox's pool.
     let t0 = std::time::Instant::now();
     let pairs: Vec<(&Example, &str)> = completions

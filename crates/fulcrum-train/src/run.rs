@@ -61,7 +61,19 @@ pub struct Summary {
     pub sample_tokens_per_s: f64,
 }
 
+/// Sets libtorch's thread count from the config (0: one per core) and returns it.
+pub fn apply_threads(cfg: &Config) -> usize {
+    let n = if cfg.threads > 0 {
+        cfg.threads
+    } else {
+        std::thread::available_parallelism().map_or(1, |n| n.get())
+    };
+    tch::set_num_threads(n as i32);
+    n
+}
+
 fn device_of(cfg: &Config) -> Result<Device, TrainError> {
+    apply_threads(cfg);
     let choice: DeviceChoice = cfg.device.parse().map_err(|e| TrainError::ConfigKey {
         file: "config".into(),
         key: "device".into(),

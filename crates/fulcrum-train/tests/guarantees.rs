@@ -12,6 +12,8 @@ use fulcrum_train::Config;
 use tch::{Device, Kind, Tensor};
 
 fn policy() -> Policy {
+    // One kernel thread: the tests of this file run in parallel on a 2-core machine.
+    tch::set_num_threads(1);
     let model = Model::tiny(Device::Cpu, 0).unwrap();
     let opt = AdamW::new(model.var_store(), AdamWConfig::default());
     Policy {

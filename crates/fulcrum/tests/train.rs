@@ -30,6 +30,8 @@ const SMALL: &[&str] = &[
     "task.difficulty=1",
     "--set",
     "ppo.micro_batch_size=5",
+    "--set",
+    "threads=1",
 ];
 
 fn train(cwd: &Path, extra: &[&str]) -> Output {
