@@ -10,8 +10,8 @@ use std::time::Instant;
 
 use fulcrum_model::tch::{self, Device, Kind, Tensor};
 use fulcrum_model::{
-    generate, sequence_logprobs, weighted_sum, AdamW, AdamWConfig, DeviceChoice, Message, Model, ModelConfig, SampleRequest,
-    Sampling,
+    generate, sequence_logprobs, weighted_sum, AdamW, AdamWConfig, DeviceChoice, Message, Model,
+    ModelConfig, SampleRequest, Sampling,
 };
 use serde_json::{json, Value};
 
@@ -60,12 +60,24 @@ fn bench_config() -> ModelConfig {
     }
 }
 
-fn train_steps(model: &Model, batch: i64, seq: i64, steps: usize, warmup: usize) -> anyhow::Result<f64> {
+fn train_steps(
+    model: &Model,
+    batch: i64,
+    seq: i64,
+    steps: usize,
+    warmup: usize,
+) -> anyhow::Result<f64> {
     let device = model.device();
     let vocab = model.config().vocab_size;
     let ids = Tensor::randint(vocab, [batch, seq + 1], (Kind::Int64, device));
     let weights = Tensor::ones([batch, seq], (Kind::Float, device)) / (batch * seq) as f64;
-    let mut opt = AdamW::new(model.var_store(), AdamWConfig { weight_decay: 0.01, ..Default::default() });
+    let mut opt = AdamW::new(
+        model.var_store(),
+        AdamWConfig {
+            weight_decay: 0.01,
+            ..Default::default()
+        },
+    );
     let mut total = 0.0;
     for i in 0..warmup + steps {
         sync(device);
@@ -84,12 +96,22 @@ fn train_steps(model: &Model, batch: i64, seq: i64, steps: usize, warmup: usize)
     Ok(total / steps as f64)
 }
 
-fn sample_secs(model: &Model, prompts: Vec<Vec<i64>>, g: usize, new_tokens: usize, seed: u64) -> anyhow::Result<(f64, usize)> {
+fn sample_secs(
+    model: &Model,
+    prompts: Vec<Vec<i64>>,
+    g: usize,
+    new_tokens: usize,
+    seed: u64,
+) -> anyhow::Result<(f64, usize)> {
     let req = SampleRequest {
         prompts,
         samples_per_prompt: g,
         max_new_tokens: new_tokens,
-        sampling: Sampling::Sample { temperature: 1.0, top_k: None, top_p: None },
+        sampling: Sampling::Sample {
+            temperature: 1.0,
+            top_k: None,
+            top_p: None,
+        },
         seed,
         stop_token_ids: vec![],
         stop_strings: vec![],
@@ -99,12 +121,19 @@ fn sample_secs(model: &Model, prompts: Vec<Vec<i64>>, g: usize, new_tokens: usiz
     let t = Instant::now();
     let out = generate(model.net(), &req, None)?;
     sync(device);
-    Ok((t.elapsed().as_secs_f64(), out.iter().map(|c| c.tokens.len()).sum()))
+    Ok((
+        t.elapsed().as_secs_f64(),
+        out.iter().map(|c| c.tokens.len()).sum(),
+    ))
 }
 
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().collect();
-    let device_arg = args.iter().position(|a| a == "--device").and_then(|i| args.get(i + 1)).map_or("cpu", |s| s.as_str());
+    let device_arg = args
+        .iter()
+        .position(|a| a == "--device")
+        .and_then(|i| args.get(i + 1))
+        .map_or("cpu", |s| s.as_str());
     let device = device_arg.parse::<DeviceChoice>()?.resolve()?;
     let skip_smol = args.iter().any(|a| a == "--skip-smollm2");
     let mut out = serde_json::Map::new();
@@ -126,41 +155,75 @@ fn main() -> anyhow::Result<()> {
     let flops = tokens * (6.0 * n + attn);
     out.insert("train_step_s".into(), json!(step));
     out.insert("train_gflops".into(), json!(flops / step / 1e9));
-    out.insert("train_gemm_fraction".into(), json!(flops / step / 1e9 / gemm));
-    eprintln!("train step: {:.1} ms ({:.0} tokens/s)", step * 1e3, tokens / step);
+    out.insert(
+        "train_gemm_fraction".into(),
+        json!(flops / step / 1e9 / gemm),
+    );
+    eprintln!(
+        "train step: {:.1} ms ({:.0} tokens/s)",
+        step * 1e3,
+        tokens / step
+    );
 
     // Batched sampling: 64 prompts of 32 tokens, 128 new tokens each.
     tch::manual_seed(1);
     let prompts: Vec<Vec<i64>> = (0..64)
-        .map(|_| Vec::<i64>::try_from(&Tensor::randint(cfg.vocab_size, [32], (Kind::Int64, Device::Cpu))).unwrap_or_default())
+        .map(|_| {
+            Vec::<i64>::try_from(&Tensor::randint(
+                cfg.vocab_size,
+                [32],
+                (Kind::Int64, Device::Cpu),
+            ))
+            .unwrap_or_default()
+        })
         .collect();
     let _ = sample_secs(&model, prompts[..4].to_vec(), 1, 8, 0)?;
     let (secs, n_tok) = sample_secs(&model, prompts, 1, 128, 0)?;
     out.insert("sample_s".into(), json!(secs));
     out.insert("sample_tokens_per_s".into(), json!(n_tok as f64 / secs));
-    eprintln!("sampling: {:.2} s ({:.0} tokens/s)", secs, n_tok as f64 / secs);
+    eprintln!(
+        "sampling: {:.2} s ({:.0} tokens/s)",
+        secs,
+        n_tok as f64 / secs
+    );
     drop(model);
 
-    let smol_path = std::env::var("FULCRUM_SMOLLM2_GGUF").unwrap_or_else(|_| "assets/SmolLM2-135M-Instruct.Q4_1.gguf".into());
+    let smol_path = std::env::var("FULCRUM_SMOLLM2_GGUF")
+        .unwrap_or_else(|_| "assets/SmolLM2-135M-Instruct.Q4_1.gguf".into());
     if !skip_smol && std::path::Path::new(&smol_path).is_file() {
         let model = Model::load(&smol_path, device)?;
         let tok = model.tokenizer()?;
-        let text = model.chat_template()?.render(&[Message::user("Write a short story about a robot.")], true);
+        let text = model
+            .chat_template()?
+            .render(&[Message::user("Write a short story about a robot.")], true);
         let prompt = tok.encode(&text)?;
         let mut smol = serde_json::Map::new();
         for b in [1usize, 32] {
             let (secs, n_tok) = sample_secs(&model, vec![prompt.clone()], b, 128, 3)?;
-            smol.insert(format!("sample_b{b}_tokens_per_s"), json!(n_tok as f64 / secs));
-            eprintln!("smollm2 sampling batch {b}: {:.1} tokens/s", n_tok as f64 / secs);
+            smol.insert(
+                format!("sample_b{b}_tokens_per_s"),
+                json!(n_tok as f64 / secs),
+            );
+            eprintln!(
+                "smollm2 sampling batch {b}: {:.1} tokens/s",
+                n_tok as f64 / secs
+            );
         }
         let (batch, seq) = (8, 256);
         let step = train_steps(&model, batch, seq, 2, 1)?;
-        smol.insert("train_tokens_per_s".into(), json!((batch * seq) as f64 / step));
+        smol.insert(
+            "train_tokens_per_s".into(),
+            json!((batch * seq) as f64 / step),
+        );
         smol.insert("train_batch".into(), json!(batch));
         smol.insert("train_seq".into(), json!(seq));
         let peak = if device.is_cuda() { 0 } else { peak_rss() };
         smol.insert("peak_rss_bytes".into(), json!(peak));
-        eprintln!("smollm2 train: {:.0} tokens/s, peak RSS {:.2} GB", (batch * seq) as f64 / step, peak as f64 / 1e9);
+        eprintln!(
+            "smollm2 train: {:.0} tokens/s, peak RSS {:.2} GB",
+            (batch * seq) as f64 / step,
+            peak as f64 / 1e9
+        );
         out.insert("smollm2".into(), Value::Object(smol));
     }
     println!("{}", Value::Object(out));

@@ -58,7 +58,10 @@ impl Estimator {
             Estimator::Grpo => {
                 let var = rewards.iter().map(|r| (r - mean).powi(2)).sum::<f64>() / (n - 1) as f64;
                 let std = var.sqrt();
-                rewards.iter().map(|r| (r - mean) / (std + GRPO_EPS)).collect()
+                rewards
+                    .iter()
+                    .map(|r| (r - mean) / (std + GRPO_EPS))
+                    .collect()
             }
             Estimator::Mean => rewards.iter().map(|r| r - mean).collect(),
             Estimator::Rloo => {
@@ -83,7 +86,11 @@ impl Estimator {
 impl std::str::FromStr for Estimator {
     type Err = CoreError;
     fn from_str(s: &str) -> Result<Self, CoreError> {
-        parse_name("advantage estimator", s, &Estimator::ALL.map(|e| (e.name(), e)))
+        parse_name(
+            "advantage estimator",
+            s,
+            &Estimator::ALL.map(|e| (e.name(), e)),
+        )
     }
 }
 
@@ -140,7 +147,14 @@ mod tests {
     #[test]
     fn rejects_nan_reward() {
         let err = compute(Estimator::Grpo, &[0, 0], &[1.0, f64::NAN], &[1, 1]).unwrap_err();
-        assert!(matches!(err, CoreError::NonFinite { field: "rewards", index: 1, .. }));
+        assert!(matches!(
+            err,
+            CoreError::NonFinite {
+                field: "rewards",
+                index: 1,
+                ..
+            }
+        ));
     }
 
     #[test]
@@ -157,7 +171,13 @@ mod tests {
 
     #[test]
     fn groups_need_not_be_adjacent() {
-        let a = compute(Estimator::Mean, &[7, 3, 7, 3], &[1.0, 0.0, 0.0, 1.0], &[1; 4]).unwrap();
+        let a = compute(
+            Estimator::Mean,
+            &[7, 3, 7, 3],
+            &[1.0, 0.0, 0.0, 1.0],
+            &[1; 4],
+        )
+        .unwrap();
         assert_eq!(a, vec![0.5, -0.5, -0.5, 0.5]);
     }
 }

@@ -120,15 +120,34 @@ mod tests {
             }
         );
         let err = StepBatch::new(&[0, 0], &[1, 2], &[0.0]).unwrap_err();
-        assert!(matches!(err, CoreError::LengthMismatch { field: "advantages", .. }));
+        assert!(matches!(
+            err,
+            CoreError::LengthMismatch {
+                field: "advantages",
+                ..
+            }
+        ));
     }
 
     #[test]
     fn rejects_negative_length_and_nan_advantage() {
         let err = StepBatch::new(&[0, 0], &[3, -1], &[0.0, 0.0]).unwrap_err();
-        assert_eq!(err, CoreError::NegativeLength { index: 1, value: -1 });
+        assert_eq!(
+            err,
+            CoreError::NegativeLength {
+                index: 1,
+                value: -1
+            }
+        );
         let err = StepBatch::new(&[0, 0], &[3, 1], &[0.0, f64::NAN]).unwrap_err();
-        assert!(matches!(err, CoreError::NonFinite { field: "advantages", index: 1, .. }));
+        assert!(matches!(
+            err,
+            CoreError::NonFinite {
+                field: "advantages",
+                index: 1,
+                ..
+            }
+        ));
     }
 
     #[test]

@@ -49,11 +49,20 @@ pub use rules::{BaCount, Rule, RuleParams};
 ///
 /// `token_losses[i]` holds response `i`'s per-token losses. Because `weights` come from the whole
 /// step batch, summing this over any partition of the responses gives the same total.
-pub fn weighted_loss<T: AsRef<[f64]>>(weights: &[f64], token_losses: &[T]) -> Result<f64, CoreError> {
+pub fn weighted_loss<T: AsRef<[f64]>>(
+    weights: &[f64],
+    token_losses: &[T],
+) -> Result<f64, CoreError> {
     error::check_len("token_losses", weights.len(), token_losses.len())?;
     Ok(weights
         .iter()
         .zip(token_losses)
-        .map(|(w, l)| if *w == 0.0 { 0.0 } else { w * l.as_ref().iter().sum::<f64>() })
+        .map(|(w, l)| {
+            if *w == 0.0 {
+                0.0
+            } else {
+                w * l.as_ref().iter().sum::<f64>()
+            }
+        })
         .sum())
 }

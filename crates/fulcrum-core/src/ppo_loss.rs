@@ -37,13 +37,22 @@ impl ClipParams {
     pub fn validate(&self) -> Result<(), CoreError> {
         let bad = |name, why: String| Err(CoreError::InvalidParam { name, why });
         if !(self.eps_low >= 0.0 && self.eps_low < 1.0) {
-            return bad("eps_low", format!("must be in [0, 1), got {}", self.eps_low));
+            return bad(
+                "eps_low",
+                format!("must be in [0, 1), got {}", self.eps_low),
+            );
         }
         if !(self.eps_high >= 0.0 && self.eps_high.is_finite()) {
-            return bad("eps_high", format!("must be finite and >= 0, got {}", self.eps_high));
+            return bad(
+                "eps_high",
+                format!("must be finite and >= 0, got {}", self.eps_high),
+            );
         }
         if !(self.dual_clip_c > 1.0) {
-            return bad("dual_clip_c", format!("must be > 1, got {}", self.dual_clip_c));
+            return bad(
+                "dual_clip_c",
+                format!("must be > 1, got {}", self.dual_clip_c),
+            );
         }
         Ok(())
     }

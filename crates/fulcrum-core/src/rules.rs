@@ -185,7 +185,13 @@ pub fn token_group(batch: &StepBatch) -> Vec<f64> {
     let m = batch.n_groups() as f64;
     batch
         .rows()
-        .map(|(g, l, _)| if l > 0.0 { inv(m * group_tokens[g]) } else { 0.0 })
+        .map(|(g, l, _)| {
+            if l > 0.0 {
+                inv(m * group_tokens[g])
+            } else {
+                0.0
+            }
+        })
         .collect()
 }
 

@@ -103,7 +103,10 @@ mod tests {
     fn an_explicit_system_message_replaces_the_default() {
         let t = ChatTemplate::from_source(SMOL).unwrap();
         let text = t.render(&[Message::system("Be brief."), Message::user("Hi")], false);
-        assert_eq!(text, "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n");
+        assert_eq!(
+            text,
+            "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
+        );
     }
 
     #[test]

@@ -23,17 +23,28 @@ const OPTIMIZER_FILE: &str = "optimizer.safetensors";
 const META_FILE: &str = "checkpoint.json";
 
 fn partial_path(dir: &Path) -> PathBuf {
-    let mut name = dir.file_name().map(|n| n.to_os_string()).unwrap_or_default();
+    let mut name = dir
+        .file_name()
+        .map(|n| n.to_os_string())
+        .unwrap_or_default();
     name.push(".partial");
     dir.with_file_name(name)
 }
 
 /// Write a checkpoint to `dir`, which must not exist yet.
-pub fn save_checkpoint(dir: &Path, model: &Model, opt: &AdamW, trainer_state: serde_json::Value) -> Result<()> {
+pub fn save_checkpoint(
+    dir: &Path,
+    model: &Model,
+    opt: &AdamW,
+    trainer_state: serde_json::Value,
+) -> Result<()> {
     if dir.exists() {
         return Err(ModelError::io(
             dir,
-            std::io::Error::new(std::io::ErrorKind::AlreadyExists, "checkpoint folder already exists"),
+            std::io::Error::new(
+                std::io::ErrorKind::AlreadyExists,
+                "checkpoint folder already exists",
+            ),
         ));
     }
     let tmp = partial_path(dir);
@@ -92,7 +103,13 @@ pub fn load_optimizer(dir: &Path, opt: &mut AdamW) -> Result<serde_json::Value> 
     let path = dir.join(OPTIMIZER_FILE);
     let named = Tensor::read_safetensors(&path).ctx(|| format!("reading {}", path.display()))?;
     let device = opt.device();
-    let named = named.into_iter().map(|(n, t)| (n, t.to_device(device))).collect();
+    let named = named
+        .into_iter()
+        .map(|(n, t)| (n, t.to_device(device)))
+        .collect();
     opt.load_state(named, step, &path)?;
-    Ok(meta.get("trainer").cloned().unwrap_or(serde_json::Value::Null))
+    Ok(meta
+        .get("trainer")
+        .cloned()
+        .unwrap_or(serde_json::Value::Null))
 }

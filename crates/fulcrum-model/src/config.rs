@@ -127,13 +127,19 @@ impl HfConfig {
                 ))
             }
         };
-        for (field, value) in [("rope_scaling", &self.rope_scaling), ("rope_parameters", &self.rope_parameters)] {
+        for (field, value) in [
+            ("rope_scaling", &self.rope_scaling),
+            ("rope_parameters", &self.rope_parameters),
+        ] {
             let Some(value) = value.as_ref().filter(|v| !v.is_null()) else {
                 continue;
             };
             let kind = value.get("rope_type").or_else(|| value.get("type"));
             if kind.and_then(|k| k.as_str()) != Some("default") {
-                return Err(err(field, format!("only default RoPE is supported, got {value}")));
+                return Err(err(
+                    field,
+                    format!("only default RoPE is supported, got {value}"),
+                ));
             }
         }
         let nested_theta = self
@@ -142,15 +148,24 @@ impl HfConfig {
             .and_then(|v| v.get("rope_theta"))
             .and_then(|v| v.as_f64());
         if self.use_sliding_window == Some(true) {
-            return Err(err("use_sliding_window", "sliding-window attention is not supported".into()));
+            return Err(err(
+                "use_sliding_window",
+                "sliding-window attention is not supported".into(),
+            ));
         }
         if let Some(act) = &self.hidden_act {
             if act != "silu" {
-                return Err(err("hidden_act", format!("expected \"silu\", got \"{act}\"")));
+                return Err(err(
+                    "hidden_act",
+                    format!("expected \"silu\", got \"{act}\""),
+                ));
             }
         }
         let num_kv_heads = self.num_key_value_heads.unwrap_or(self.num_attention_heads);
-        if self.num_attention_heads <= 0 || num_kv_heads <= 0 || self.num_attention_heads % num_kv_heads != 0 {
+        if self.num_attention_heads <= 0
+            || num_kv_heads <= 0
+            || self.num_attention_heads % num_kv_heads != 0
+        {
             return Err(err(
                 "num_key_value_heads",
                 format!(
@@ -165,14 +180,20 @@ impl HfConfig {
                 if self.hidden_size % self.num_attention_heads != 0 {
                     return Err(err(
                         "hidden_size",
-                        format!("{} is not a multiple of num_attention_heads {}", self.hidden_size, self.num_attention_heads),
+                        format!(
+                            "{} is not a multiple of num_attention_heads {}",
+                            self.hidden_size, self.num_attention_heads
+                        ),
                     ));
                 }
                 self.hidden_size / self.num_attention_heads
             }
         };
         if head_dim % 2 != 0 {
-            return Err(err("head_dim", format!("must be even for RoPE, got {head_dim}")));
+            return Err(err(
+                "head_dim",
+                format!("must be even for RoPE, got {head_dim}"),
+            ));
         }
         let qkv_bias = match arch {
             Arch::Qwen2 => true,
@@ -291,16 +312,22 @@ mod tests {
     #[test]
     fn qwen2_gets_qkv_bias_and_qwen3_gets_qk_norm() {
         let base = r#""vocab_size":10,"hidden_size":8,"intermediate_size":16,"num_hidden_layers":1,"num_attention_heads":2"#;
-        let q2 = parse(&format!(r#"{{"model_type":"qwen2",{base}}}"#)).resolve(Path::new("c")).unwrap();
+        let q2 = parse(&format!(r#"{{"model_type":"qwen2",{base}}}"#))
+            .resolve(Path::new("c"))
+            .unwrap();
         assert!(q2.qkv_bias && !q2.qk_norm);
-        let q3 = parse(&format!(r#"{{"model_type":"qwen3",{base}}}"#)).resolve(Path::new("c")).unwrap();
+        let q3 = parse(&format!(r#"{{"model_type":"qwen3",{base}}}"#))
+            .resolve(Path::new("c"))
+            .unwrap();
         assert!(!q3.qkv_bias && q3.qk_norm);
         assert_eq!(q3.head_dim, 4);
     }
 
     #[test]
     fn rope_scaling_is_refused_naming_the_field() {
-        let c = parse(r#"{"model_type":"llama","vocab_size":10,"hidden_size":8,"intermediate_size":16,"num_hidden_layers":1,"num_attention_heads":2,"rope_scaling":{"type":"linear","factor":2.0}}"#);
+        let c = parse(
+            r#"{"model_type":"llama","vocab_size":10,"hidden_size":8,"intermediate_size":16,"num_hidden_layers":1,"num_attention_heads":2,"rope_scaling":{"type":"linear","factor":2.0}}"#,
+        );
         let e = c.resolve(Path::new("config.json")).unwrap_err().to_string();
         assert!(e.contains("rope_scaling"), "{e}");
     }

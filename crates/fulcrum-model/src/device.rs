@@ -72,8 +72,14 @@ mod tests {
     #[test]
     fn parses_every_spelling_and_rejects_others() {
         assert_eq!("cpu".parse::<DeviceChoice>().unwrap(), DeviceChoice::Cpu);
-        assert_eq!("cuda".parse::<DeviceChoice>().unwrap(), DeviceChoice::Cuda(0));
-        assert_eq!("cuda:3".parse::<DeviceChoice>().unwrap(), DeviceChoice::Cuda(3));
+        assert_eq!(
+            "cuda".parse::<DeviceChoice>().unwrap(),
+            DeviceChoice::Cuda(0)
+        );
+        assert_eq!(
+            "cuda:3".parse::<DeviceChoice>().unwrap(),
+            DeviceChoice::Cuda(3)
+        );
         assert_eq!("auto".parse::<DeviceChoice>().unwrap(), DeviceChoice::Auto);
         assert!("gpu".parse::<DeviceChoice>().is_err());
         assert!("cuda:x".parse::<DeviceChoice>().is_err());

@@ -23,7 +23,13 @@ pub struct KvCache {
 
 impl KvCache {
     /// Allocate a cache for `batch` rows of up to `capacity` positions.
-    pub fn new(cfg: &ModelConfig, batch: i64, capacity: i64, kind: Kind, device: Device) -> Result<Self> {
+    pub fn new(
+        cfg: &ModelConfig,
+        batch: i64,
+        capacity: i64,
+        kind: Kind,
+        device: Device,
+    ) -> Result<Self> {
         let shape = [batch, cfg.num_kv_heads, capacity, cfg.head_dim];
         let mut keys = Vec::with_capacity(cfg.num_layers as usize);
         let mut values = Vec::with_capacity(cfg.num_layers as usize);
@@ -92,7 +98,9 @@ impl KvCache {
     /// Used both to drop finished rows and to replicate a prefilled prompt into G rows.
     pub fn select_rows(&mut self, index: &Tensor) -> Result<()> {
         for t in self.keys.iter_mut().chain(self.values.iter_mut()) {
-            *t = t.f_index_select(0, index).ctx(|| "selecting KV cache rows".into())?;
+            *t = t
+                .f_index_select(0, index)
+                .ctx(|| "selecting KV cache rows".into())?;
         }
         Ok(())
     }

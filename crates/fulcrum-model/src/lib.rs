@@ -23,12 +23,12 @@ pub use chat_template::{ChatTemplate, Message};
 pub use config::{Arch, ModelConfig};
 pub use device::DeviceChoice;
 pub use error::{ModelError, Result};
-pub use model::Model;
-pub use tokenizer::Tokenizer;
-pub use sampler::{generate, Completion, Finish, SampleRequest, Sampling};
 pub use logprobs::{sequence_logprobs, token_logprobs, weighted_sum, TokenLogprobs};
+pub use model::Model;
+pub use sampler::{generate, Completion, Finish, SampleRequest, Sampling};
+pub use tokenizer::Tokenizer;
 
+pub use checkpoint::{load_model, load_optimizer, save_checkpoint};
+pub use optim::{clip_grad_norm, grad_norm, grads_are_finite, AdamW, AdamWConfig, LrSchedule};
 /// libtorch bindings, re-exported so that dependants use the same `tch` (devices, kinds, tensors).
 pub use tch;
-pub use optim::{clip_grad_norm, grad_norm, grads_are_finite, AdamW, AdamWConfig, LrSchedule};
-pub use checkpoint::{load_model, load_optimizer, save_checkpoint};

@@ -21,22 +21,30 @@ pub struct TokenLogprobs {
 
 /// Log-probability of `targets` `[B, T]` (int64) under `logits` `[B, T, V]` scaled by
 /// `1 / temperature`, and the entropy of each position's distribution. Computed in f32.
-pub fn token_logprobs(logits: &Tensor, targets: &Tensor, temperature: f64) -> Result<TokenLogprobs> {
+pub fn token_logprobs(
+    logits: &Tensor,
+    targets: &Tensor,
+    temperature: f64,
+) -> Result<TokenLogprobs> {
     let (ls, ts) = (logits.size(), targets.size());
     if ls.len() != 3 || ts.len() != 2 || ls[..2] != ts[..] {
         return Err(ModelError::Invalid(format!(
             "logits must be [B, T, V] and targets [B, T], got {ls:?} and {ts:?}"
         )));
     }
-    if !(temperature > 0.0) {
-        return Err(ModelError::Invalid(format!("temperature must be > 0, got {temperature}")));
+    if temperature.is_nan() || temperature <= 0.0 {
+        return Err(ModelError::Invalid(format!(
+            "temperature must be > 0, got {temperature}"
+        )));
     }
     let mut scaled = logits.to_kind(Kind::Float);
     if temperature != 1.0 {
-        scaled = scaled / temperature;
+        scaled /= temperature;
     }
     let logp_all = scaled.log_softmax(-1, Kind::Float);
-    let logprobs = logp_all.gather(2, &targets.unsqueeze(-1), false).squeeze_dim(-1);
+    let logprobs = logp_all
+        .gather(2, &targets.unsqueeze(-1), false)
+        .squeeze_dim(-1);
     let entropy = -(logp_all.exp() * &logp_all).sum_dim_intlist(-1, false, Kind::Float);
     Ok(TokenLogprobs { logprobs, entropy })
 }
@@ -44,10 +52,16 @@ pub fn token_logprobs(logits: &Tensor, targets: &Tensor, temperature: f64) -> Re
 /// Log-probabilities of `input_ids[:, 1..]` given their prefixes: one full causal forward of
 /// right-padded sequences `[B, T]`, returning `[B, T - 1]` tensors (position t scores token
 /// t + 1). Gradients flow to the model's parameters unless called under `no_grad`.
-pub fn sequence_logprobs(net: &Transformer, input_ids: &Tensor, temperature: f64) -> Result<TokenLogprobs> {
+pub fn sequence_logprobs(
+    net: &Transformer,
+    input_ids: &Tensor,
+    temperature: f64,
+) -> Result<TokenLogprobs> {
     let t = input_ids.size().get(1).copied().unwrap_or(0);
     if t < 2 {
-        return Err(ModelError::Invalid(format!("need at least 2 tokens per sequence, got {t}")));
+        return Err(ModelError::Invalid(format!(
+            "need at least 2 tokens per sequence, got {t}"
+        )));
     }
     let logits = net.forward(&input_ids.narrow(1, 0, t - 1))?;
     token_logprobs(&logits, &input_ids.narrow(1, 1, t - 1), temperature)
@@ -93,8 +107,14 @@ mod tests {
     fn temperature_sharpens_the_distribution() {
         let logits = Tensor::from_slice(&[2.0f32, 0.0]).view([1, 1, 2]);
         let t = Tensor::from_slice(&[0i64]).view([1, 1]);
-        let hot = token_logprobs(&logits, &t, 2.0).unwrap().logprobs.double_value(&[0, 0]);
-        let cold = token_logprobs(&logits, &t, 0.5).unwrap().logprobs.double_value(&[0, 0]);
+        let hot = token_logprobs(&logits, &t, 2.0)
+            .unwrap()
+            .logprobs
+            .double_value(&[0, 0]);
+        let cold = token_logprobs(&logits, &t, 0.5)
+            .unwrap()
+            .logprobs
+            .double_value(&[0, 0]);
         assert!(cold > hot);
         // softmax([4, 0])[0] at temperature 0.5.
         assert!((cold - (-(1.0f64 + (-4.0f64).exp()).ln())).abs() < 1e-6);

@@ -67,14 +67,20 @@ impl Model {
         let path = Path::new(spec);
         if path.is_dir() {
             Model::load_hf(path, device)
-        } else if path.extension().is_some_and(|e| e.eq_ignore_ascii_case("gguf")) {
+        } else if path
+            .extension()
+            .is_some_and(|e| e.eq_ignore_ascii_case("gguf"))
+        {
             Model::load_gguf(path, device)
         } else if path.exists() {
             Err(ModelError::Invalid(format!(
                 "{spec}: expected `tiny`, an HF model folder or a .gguf file"
             )))
         } else {
-            Err(ModelError::io(path, std::io::Error::new(std::io::ErrorKind::NotFound, "no such file or folder")))
+            Err(ModelError::io(
+                path,
+                std::io::Error::new(std::io::ErrorKind::NotFound, "no such file or folder"),
+            ))
         }
     }
 
@@ -121,9 +127,9 @@ impl Model {
 
     /// The tokenizer, or an error saying the model came without one.
     pub fn tokenizer(&self) -> Result<&Tokenizer> {
-        self.tokenizer
-            .as_ref()
-            .ok_or_else(|| ModelError::Tokenizer("this model has no tokenizer (no tokenizer.json)".into()))
+        self.tokenizer.as_ref().ok_or_else(|| {
+            ModelError::Tokenizer("this model has no tokenizer (no tokenizer.json)".into())
+        })
     }
 
     /// The chat template, or an error saying the model came without one.
@@ -152,13 +158,18 @@ impl Model {
     pub fn save(&self, dir: &Path) -> Result<()> {
         std::fs::create_dir_all(dir).map_err(|e| ModelError::io(dir, e))?;
         let config_path = dir.join("config.json");
-        let text = serde_json::to_string_pretty(&self.config().to_hf_json()).map_err(|e| ModelError::Json {
-            path: config_path.clone(),
-            message: e.to_string(),
+        let text = serde_json::to_string_pretty(&self.config().to_hf_json()).map_err(|e| {
+            ModelError::Json {
+                path: config_path.clone(),
+                message: e.to_string(),
+            }
         })?;
         std::fs::write(&config_path, text).map_err(|e| ModelError::io(&config_path, e))?;
         let weights = dir.join("model.safetensors");
-        save_named(&self.vs.variables().into_iter().collect::<Vec<_>>(), &weights)?;
+        save_named(
+            &self.vs.variables().into_iter().collect::<Vec<_>>(),
+            &weights,
+        )?;
         if let Some(tok) = &self.tokenizer {
             tok.save(&dir.join("tokenizer.json"))?;
         }

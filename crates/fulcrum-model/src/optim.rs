@@ -49,7 +49,13 @@ pub struct AdamW {
 
 impl std::fmt::Debug for AdamW {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "AdamW({:?}, {} tensors, step {})", self.config, self.slots.len(), self.step)
+        write!(
+            f,
+            "AdamW({:?}, {} tensors, step {})",
+            self.config,
+            self.slots.len(),
+            self.step
+        )
     }
 }
 
@@ -70,12 +76,19 @@ impl AdamW {
                 (name, slot)
             })
             .collect();
-        AdamW { config, slots, step: 0 }
+        AdamW {
+            config,
+            slots,
+            step: 0,
+        }
     }
 
     /// The device of the optimizer state (that of the parameters).
     pub fn device(&self) -> tch::Device {
-        self.slots.values().next().map_or(tch::Device::Cpu, |s| s.exp_avg.device())
+        self.slots
+            .values()
+            .next()
+            .map_or(tch::Device::Cpu, |s| s.exp_avg.device())
     }
 
     /// Optimizer steps taken so far.
@@ -85,7 +98,11 @@ impl AdamW {
 
     /// Names of parameters that receive weight decay (matrices only).
     pub fn decayed(&self) -> Vec<&str> {
-        self.slots.iter().filter(|(_, s)| s.decay).map(|(n, _)| n.as_str()).collect()
+        self.slots
+            .iter()
+            .filter(|(_, s)| s.decay)
+            .map(|(n, _)| n.as_str())
+            .collect()
     }
 
     /// Set every gradient to zero (in place).
@@ -117,7 +134,11 @@ impl AdamW {
                 let _ = s.exp_avg.lerp_(&g, 1.0 - c.beta1);
                 let _ = s.exp_avg_sq.g_mul_scalar_(c.beta2);
                 let _ = s.exp_avg_sq.addcmul_(&(g.g_mul_scalar(1.0 - c.beta2)), &g);
-                let denom = s.exp_avg_sq.sqrt().g_div_scalar_(bc2.sqrt()).g_add_scalar_(c.eps);
+                let denom = s
+                    .exp_avg_sq
+                    .sqrt()
+                    .g_div_scalar_(bc2.sqrt())
+                    .g_add_scalar_(c.eps);
                 let update = s.exp_avg.g_div(&denom).g_mul_scalar_(-lr / bc1);
                 let _ = s.param.g_add_(&update.to_kind(s.param.kind()));
             }
@@ -137,15 +158,25 @@ impl AdamW {
 
     /// Restore state written by [`AdamW::state`]; every moment must be present with the right
     /// shape and nothing else may be.
-    pub fn load_state(&mut self, named: Vec<(String, Tensor)>, step: i64, source: &std::path::Path) -> Result<()> {
+    pub fn load_state(
+        &mut self,
+        named: Vec<(String, Tensor)>,
+        step: i64,
+        source: &std::path::Path,
+    ) -> Result<()> {
         let mut named: BTreeMap<String, Tensor> = named.into_iter().collect();
         for (name, s) in self.slots.iter_mut() {
-            for (prefix, dst) in [("exp_avg", &mut s.exp_avg), ("exp_avg_sq", &mut s.exp_avg_sq)] {
+            for (prefix, dst) in [
+                ("exp_avg", &mut s.exp_avg),
+                ("exp_avg_sq", &mut s.exp_avg_sq),
+            ] {
                 let key = format!("{prefix}.{name}");
-                let t = named.remove(&key).ok_or_else(|| ModelError::MissingTensor {
-                    path: source.to_path_buf(),
-                    name: key.clone(),
-                })?;
+                let t = named
+                    .remove(&key)
+                    .ok_or_else(|| ModelError::MissingTensor {
+                        path: source.to_path_buf(),
+                        name: key.clone(),
+                    })?;
                 if t.size() != dst.size() {
                     return Err(ModelError::Shape {
                         path: source.to_path_buf(),
@@ -180,7 +211,10 @@ pub fn grad_norm(vs: &VarStore) -> f64 {
     if squares.is_empty() {
         return 0.0;
     }
-    Tensor::stack(&squares, 0).sum(Kind::Float).sqrt().double_value(&[])
+    Tensor::stack(&squares, 0)
+        .sum(Kind::Float)
+        .sqrt()
+        .double_value(&[])
 }
 
 /// Scale gradients so their global norm is at most `max_norm`; returns the norm before
@@ -212,7 +246,12 @@ pub enum LrSchedule {
     /// `peak` after a linear warm-up over `warmup` steps.
     Constant { peak: f64, warmup: u64 },
     /// Linear warm-up over `warmup` steps, then a cosine from `peak` down to `min` at `total`.
-    Cosine { peak: f64, min: f64, warmup: u64, total: u64 },
+    Cosine {
+        peak: f64,
+        min: f64,
+        warmup: u64,
+        total: u64,
+    },
 }
 
 impl LrSchedule {
@@ -226,7 +265,12 @@ impl LrSchedule {
         };
         match *self {
             LrSchedule::Constant { peak, warmup } => warm(peak, warmup).unwrap_or(peak),
-            LrSchedule::Cosine { peak, min, warmup, total } => warm(peak, warmup).unwrap_or_else(|| {
+            LrSchedule::Cosine {
+                peak,
+                min,
+                warmup,
+                total,
+            } => warm(peak, warmup).unwrap_or_else(|| {
                 let span = total.saturating_sub(warmup).max(1) as f64;
                 let t = ((step - warmup) as f64 / span).min(1.0);
                 min + 0.5 * (peak - min) * (1.0 + (std::f64::consts::PI * t).cos())
@@ -242,11 +286,19 @@ mod tests {
 
     #[test]
     fn schedules_warm_up_then_hold_or_decay() {
-        let c = LrSchedule::Constant { peak: 1.0, warmup: 4 };
+        let c = LrSchedule::Constant {
+            peak: 1.0,
+            warmup: 4,
+        };
         assert_eq!(c.lr(0), 0.25);
         assert_eq!(c.lr(3), 1.0);
         assert_eq!(c.lr(100), 1.0);
-        let cos = LrSchedule::Cosine { peak: 1.0, min: 0.1, warmup: 2, total: 12 };
+        let cos = LrSchedule::Cosine {
+            peak: 1.0,
+            min: 0.1,
+            warmup: 2,
+            total: 12,
+        };
         assert_eq!(cos.lr(1), 1.0);
         assert!((cos.lr(2) - 1.0).abs() < 1e-12);
         assert!((cos.lr(7) - 0.55).abs() < 1e-12);
@@ -259,7 +311,13 @@ mod tests {
         let vs = nn::VarStore::new(Device::Cpu);
         let w = vs.root().var("w", &[2, 2], nn::Init::Const(1.0));
         let b = vs.root().var("b", &[2], nn::Init::Const(1.0));
-        let mut opt = AdamW::new(&vs, AdamWConfig { weight_decay: 0.5, ..Default::default() });
+        let mut opt = AdamW::new(
+            &vs,
+            AdamWConfig {
+                weight_decay: 0.5,
+                ..Default::default()
+            },
+        );
         assert_eq!(opt.decayed(), vec!["w"]);
         let loss = (&w * 3.0).sum(Kind::Float) - (&b * 2.0).sum(Kind::Float);
         loss.backward();
@@ -273,7 +331,9 @@ mod tests {
     fn clipping_scales_the_global_norm_and_non_finite_grads_are_detected() {
         let vs = nn::VarStore::new(Device::Cpu);
         let w = vs.root().var("w", &[2], nn::Init::Const(1.0));
-        (&w * Tensor::from_slice(&[3.0f32, 4.0])).sum(Kind::Float).backward();
+        (&w * Tensor::from_slice(&[3.0f32, 4.0]))
+            .sum(Kind::Float)
+            .backward();
         assert!((clip_grad_norm(&vs, 1.0) - 5.0).abs() < 1e-6);
         assert!((grad_norm(&vs) - 1.0).abs() < 1e-5);
         assert!(grads_are_finite(&vs));

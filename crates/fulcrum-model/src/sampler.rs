@@ -36,15 +36,26 @@ pub enum Sampling {
 
 impl Sampling {
     fn validate(&self) -> Result<()> {
-        if let Sampling::Sample { temperature, top_k, top_p } = *self {
+        if let Sampling::Sample {
+            temperature,
+            top_k,
+            top_p,
+        } = *self
+        {
             if !(temperature > 0.0 && temperature.is_finite()) {
-                return Err(ModelError::Invalid(format!("temperature must be > 0, got {temperature}")));
+                return Err(ModelError::Invalid(format!(
+                    "temperature must be > 0, got {temperature}"
+                )));
             }
             if top_k.is_some_and(|k| k < 1) {
-                return Err(ModelError::Invalid(format!("top_k must be >= 1, got {top_k:?}")));
+                return Err(ModelError::Invalid(format!(
+                    "top_k must be >= 1, got {top_k:?}"
+                )));
             }
             if top_p.is_some_and(|p| !(p > 0.0 && p <= 1.0)) {
-                return Err(ModelError::Invalid(format!("top_p must be in (0, 1], got {top_p:?}")));
+                return Err(ModelError::Invalid(format!(
+                    "top_p must be in (0, 1], got {top_p:?}"
+                )));
             }
         }
         Ok(())
@@ -88,15 +99,25 @@ pub struct Completion {
 
 /// Choose the next token of every row: `(tokens [B] int64, logprobs [B] f32)` for float
 /// `logits` `[B, V]`, drawing one uniform per row from `rngs`.
-pub fn sample_next(logits: &Tensor, sampling: Sampling, rngs: &mut [SplitMix64]) -> Result<(Tensor, Tensor)> {
+pub fn sample_next(
+    logits: &Tensor,
+    sampling: Sampling,
+    rngs: &mut [SplitMix64],
+) -> Result<(Tensor, Tensor)> {
     let logits = logits.to_kind(Kind::Float);
     match sampling {
         Sampling::Greedy => {
             let tokens = logits.argmax(-1, true);
-            let logp = logits.log_softmax(-1, Kind::Float).gather(1, &tokens, false);
+            let logp = logits
+                .log_softmax(-1, Kind::Float)
+                .gather(1, &tokens, false);
             Ok((tokens.squeeze_dim(1), logp.squeeze_dim(1)))
         }
-        Sampling::Sample { temperature, top_k, top_p } => {
+        Sampling::Sample {
+            temperature,
+            top_k,
+            top_p,
+        } => {
             let vocab = logits.size()[1];
             let mut scaled = &logits / temperature;
             if let Some(k) = top_k.filter(|&k| k < vocab) {
@@ -114,13 +135,21 @@ pub fn sample_next(logits: &Tensor, sampling: Sampling, rngs: &mut [SplitMix64])
                 scaled = scaled.masked_fill(&drop, f64::NEG_INFINITY);
             }
             let logp_all = scaled.log_softmax(-1, Kind::Float);
-            let cdf = logp_all.exp().to_kind(Kind::Double).cumsum(-1, Kind::Double);
+            let cdf = logp_all
+                .exp()
+                .to_kind(Kind::Double)
+                .cumsum(-1, Kind::Double);
             let u: Vec<f64> = rngs.iter_mut().map(|r| r.uniform()).collect();
-            let u = Tensor::from_slice(&u).to_device(logits.device()).unsqueeze(1);
+            let u = Tensor::from_slice(&u)
+                .to_device(logits.device())
+                .unsqueeze(1);
             // Scale u to the total so that rounding in the cumulative sum cannot pick a
             // zero-probability token at the end.
             let u = u * cdf.narrow(1, vocab - 1, 1);
-            let tokens = cdf.lt_tensor(&u).sum_dim_intlist(-1, true, Kind::Int64).clamp_max(vocab - 1);
+            let tokens = cdf
+                .lt_tensor(&u)
+                .sum_dim_intlist(-1, true, Kind::Int64)
+                .clamp_max(vocab - 1);
             let logp = logp_all.gather(1, &tokens, false);
             Ok((tokens.squeeze_dim(1), logp.squeeze_dim(1)))
         }
@@ -129,7 +158,11 @@ pub fn sample_next(logits: &Tensor, sampling: Sampling, rngs: &mut [SplitMix64])
 
 /// Sample completions for every prompt (see the module header). Runs under `no_grad`.
 /// Completions come back prompt-major: `[p0 g0, p0 g1, ..., p1 g0, ...]`.
-pub fn generate(net: &Transformer, req: &SampleRequest, tokenizer: Option<&Tokenizer>) -> Result<Vec<Completion>> {
+pub fn generate(
+    net: &Transformer,
+    req: &SampleRequest,
+    tokenizer: Option<&Tokenizer>,
+) -> Result<Vec<Completion>> {
     req.sampling.validate()?;
     if req.prompts.is_empty() || req.samples_per_prompt == 0 {
         return Ok(vec![]);
@@ -140,7 +173,9 @@ pub fn generate(net: &Transformer, req: &SampleRequest, tokenizer: Option<&Token
     let vocab = net.config().vocab_size;
     for (i, p) in req.prompts.iter().enumerate() {
         if let Some(bad) = p.iter().find(|&&t| t < 0 || t >= vocab) {
-            return Err(ModelError::Invalid(format!("prompt {i} has token id {bad} outside the vocabulary (size {vocab})")));
+            return Err(ModelError::Invalid(format!(
+                "prompt {i} has token id {bad} outside the vocabulary (size {vocab})"
+            )));
         }
     }
     if !req.stop_strings.is_empty() && tokenizer.is_none() {
@@ -149,7 +184,11 @@ pub fn generate(net: &Transformer, req: &SampleRequest, tokenizer: Option<&Token
     tch::no_grad(|| run(net, req, tokenizer))
 }
 
-fn run(net: &Transformer, req: &SampleRequest, tokenizer: Option<&Tokenizer>) -> Result<Vec<Completion>> {
+fn run(
+    net: &Transformer,
+    req: &SampleRequest,
+    tokenizer: Option<&Tokenizer>,
+) -> Result<Vec<Completion>> {
     let device = net.device();
     let n_prompts = req.prompts.len() as i64;
     let g = req.samples_per_prompt as i64;
@@ -157,13 +196,19 @@ fn run(net: &Transformer, req: &SampleRequest, tokenizer: Option<&Tokenizer>) ->
     let capacity = max_len + req.max_new_tokens as i64;
 
     // 1. Left-pad so every prompt ends at position max_len - 1.
-    let pads: Vec<i64> = req.prompts.iter().map(|p| max_len - p.len() as i64).collect();
+    let pads: Vec<i64> = req
+        .prompts
+        .iter()
+        .map(|p| max_len - p.len() as i64)
+        .collect();
     let mut ids = vec![0i64; (n_prompts * max_len) as usize];
     for (r, p) in req.prompts.iter().enumerate() {
         let start = r * max_len as usize + pads[r] as usize;
         ids[start..start + p.len()].copy_from_slice(p);
     }
-    let ids = Tensor::from_slice(&ids).view([n_prompts, max_len]).to_device(device);
+    let ids = Tensor::from_slice(&ids)
+        .view([n_prompts, max_len])
+        .to_device(device);
     let pad = Tensor::from_slice(&pads).to_device(device);
     let steps = Tensor::arange(max_len, (Kind::Int64, device));
     let positions = (steps.unsqueeze(0) - pad.unsqueeze(1)).clamp_min(0);
@@ -175,7 +220,9 @@ fn run(net: &Transformer, req: &SampleRequest, tokenizer: Option<&Tokenizer>) ->
     let mask = if any_pad {
         let q = steps.view([1, max_len, 1]);
         let k = steps.view([1, 1, max_len]);
-        let allowed = k.le_tensor(&q).logical_and(&k.ge_tensor(&pad.view([n_prompts, 1, 1])));
+        let allowed = k
+            .le_tensor(&q)
+            .logical_and(&k.ge_tensor(&pad.view([n_prompts, 1, 1])));
         prefill_mask = allowed.logical_or(&k.eq_tensor(&q)).unsqueeze(1);
         AttnMask::Explicit(&prefill_mask)
     } else {
@@ -185,7 +232,11 @@ fn run(net: &Transformer, req: &SampleRequest, tokenizer: Option<&Tokenizer>) ->
     let mut logits = net.logits(&hidden.select(1, max_len - 1));
 
     // 3. Replicate each prompt into its G rows.
-    let rows = Tensor::arange(n_prompts, (Kind::Int64, device)).repeat_interleave_self_int(g, 0, None::<i64>);
+    let rows = Tensor::arange(n_prompts, (Kind::Int64, device)).repeat_interleave_self_int(
+        g,
+        0,
+        None::<i64>,
+    );
     cache.select_rows(&rows)?;
     logits = logits.index_select(0, &rows);
     let mut pad = pad.index_select(0, &rows);
@@ -196,7 +247,9 @@ fn run(net: &Transformer, req: &SampleRequest, tokenizer: Option<&Tokenizer>) ->
     let mut active: Vec<usize> = (0..(n_prompts * g) as usize).collect();
     let mut rngs: Vec<SplitMix64> = active
         .iter()
-        .map(|&r| SplitMix64::for_stream(req.seed, (r / g as usize) as u64, (r % g as usize) as u64))
+        .map(|&r| {
+            SplitMix64::for_stream(req.seed, (r / g as usize) as u64, (r % g as usize) as u64)
+        })
         .collect();
     let mut out: Vec<Completion> = active
         .iter()
@@ -213,7 +266,8 @@ fn run(net: &Transformer, req: &SampleRequest, tokenizer: Option<&Tokenizer>) ->
     for step in 0..req.max_new_tokens {
         let (tokens, logp) = sample_next(&logits, req.sampling, &mut rngs)?;
         let tok_host = Vec::<i64>::try_from(&tokens).ctx(|| "reading sampled tokens".into())?;
-        let logp_host = Vec::<f32>::try_from(&logp.to_kind(Kind::Float)).ctx(|| "reading log-probabilities".into())?;
+        let logp_host = Vec::<f32>::try_from(&logp.to_kind(Kind::Float))
+            .ctx(|| "reading log-probabilities".into())?;
         let mut keep = Vec::with_capacity(active.len());
         for (i, &row) in active.iter().enumerate() {
             let c = &mut out[row];
@@ -258,7 +312,11 @@ fn run(net: &Transformer, req: &SampleRequest, tokenizer: Option<&Tokenizer>) ->
     Ok(out)
 }
 
-fn stop_string_hit(tokenizer: Option<&Tokenizer>, tokens: &[i64], stops: &[String]) -> Result<Option<String>> {
+fn stop_string_hit(
+    tokenizer: Option<&Tokenizer>,
+    tokens: &[i64],
+    stops: &[String],
+) -> Result<Option<String>> {
     let Some(tok) = tokenizer.filter(|_| !stops.is_empty()) else {
         return Ok(None);
     };

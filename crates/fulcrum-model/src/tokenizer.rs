@@ -108,7 +108,9 @@ impl Tokenizer {
     pub fn decode(&self, ids: &[i64], keep_special: bool) -> Result<String> {
         let ids: Vec<u32> = ids
             .iter()
-            .map(|&i| u32::try_from(i).map_err(|_| ModelError::Tokenizer(format!("invalid token id {i}"))))
+            .map(|&i| {
+                u32::try_from(i).map_err(|_| ModelError::Tokenizer(format!("invalid token id {i}")))
+            })
             .collect::<Result<_>>()?;
         self.inner.decode(&ids, !keep_special).map_err(tok_err)
     }
@@ -155,7 +157,10 @@ mod tests {
         let path = dir.join("tokenizer.json");
         t.save(&path).unwrap();
         let back = Tokenizer::from_file(&path).unwrap();
-        assert_eq!(back.encode("x = 12\n").unwrap(), t.encode("x = 12\n").unwrap());
+        assert_eq!(
+            back.encode("x = 12\n").unwrap(),
+            t.encode("x = 12\n").unwrap()
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

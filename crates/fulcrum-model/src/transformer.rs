@@ -181,8 +181,16 @@ impl Attention {
             };
             h.transpose(1, 2)
         };
-        let q = apply_rope(&heads(&self.q_proj, self.num_heads, &self.q_norm), &rope.0, &rope.1);
-        let k = apply_rope(&heads(&self.k_proj, self.num_kv_heads, &self.k_norm), &rope.0, &rope.1);
+        let q = apply_rope(
+            &heads(&self.q_proj, self.num_heads, &self.q_norm),
+            &rope.0,
+            &rope.1,
+        );
+        let k = apply_rope(
+            &heads(&self.k_proj, self.num_kv_heads, &self.k_norm),
+            &rope.0,
+            &rope.1,
+        );
         let v = heads(&self.v_proj, self.num_kv_heads, &None);
         let (k, v) = match cache {
             Some((cache, layer)) => cache.append(layer, &k, &v),
@@ -190,17 +198,19 @@ impl Attention {
         };
         let gqa = self.num_heads != self.num_kv_heads;
         let out = match mask {
-            AttnMask::Causal => {
-                Tensor::scaled_dot_product_attention::<Tensor>(&q, &k, &v, None, 0.0, true, None, gqa)
-            }
-            AttnMask::None => {
-                Tensor::scaled_dot_product_attention::<Tensor>(&q, &k, &v, None, 0.0, false, None, gqa)
-            }
+            AttnMask::Causal => Tensor::scaled_dot_product_attention::<Tensor>(
+                &q, &k, &v, None, 0.0, true, None, gqa,
+            ),
+            AttnMask::None => Tensor::scaled_dot_product_attention::<Tensor>(
+                &q, &k, &v, None, 0.0, false, None, gqa,
+            ),
             AttnMask::Explicit(m) => {
                 Tensor::scaled_dot_product_attention(&q, &k, &v, Some(*m), 0.0, false, None, gqa)
             }
         };
-        let out = out.transpose(1, 2).reshape([b, t, self.num_heads * self.head_dim]);
+        let out = out
+            .transpose(1, 2)
+            .reshape([b, t, self.num_heads * self.head_dim]);
         self.o_proj.forward(&out)
     }
 }
@@ -217,7 +227,11 @@ pub struct DecoderLayer {
 impl DecoderLayer {
     pub fn new(p: nn::Path, cfg: &ModelConfig) -> Self {
         DecoderLayer {
-            input_layernorm: RmsNorm::new(&p / "input_layernorm", cfg.hidden_size, cfg.rms_norm_eps),
+            input_layernorm: RmsNorm::new(
+                &p / "input_layernorm",
+                cfg.hidden_size,
+                cfg.rms_norm_eps,
+            ),
             self_attn: Attention::new(&p / "self_attn", cfg),
             post_attention_layernorm: RmsNorm::new(
                 &p / "post_attention_layernorm",
@@ -235,7 +249,10 @@ impl DecoderLayer {
         mask: &AttnMask,
         cache: Option<(&mut KvCache, usize)>,
     ) -> Tensor {
-        let h = xs + self.self_attn.forward(&self.input_layernorm.forward(xs), rope, mask, cache);
+        let h = xs
+            + self
+                .self_attn
+                .forward(&self.input_layernorm.forward(xs), rope, mask, cache);
         let out = self.mlp.forward(&self.post_attention_layernorm.forward(&h));
         h + out
     }
@@ -267,8 +284,9 @@ impl Transformer {
             .map(|i| DecoderLayer::new(&model / "layers" / i, cfg))
             .collect();
         let norm = RmsNorm::new(&model / "norm", cfg.hidden_size, cfg.rms_norm_eps);
-        let lm_head = (!cfg.tie_embeddings)
-            .then(|| (root / "lm_head").var("weight", &[cfg.vocab_size, cfg.hidden_size], embed_init));
+        let lm_head = (!cfg.tie_embeddings).then(|| {
+            (root / "lm_head").var("weight", &[cfg.vocab_size, cfg.hidden_size], embed_init)
+        });
         Transformer {
             config: cfg.clone(),
             embed_tokens,
@@ -319,8 +337,13 @@ impl Transformer {
                 )));
             }
         }
-        let mut xs = Tensor::f_embedding(&self.embed_tokens, input_ids, -1, false, false)
-            .ctx(|| format!("embedding token ids (vocabulary {})", self.config.vocab_size))?;
+        let mut xs =
+            Tensor::f_embedding(&self.embed_tokens, input_ids, -1, false, false).ctx(|| {
+                format!(
+                    "embedding token ids (vocabulary {})",
+                    self.config.vocab_size
+                )
+            })?;
         let rope = self.rope.tables(positions, self.kind());
         for (i, layer) in self.layers.iter().enumerate() {
             xs = layer.forward(&xs, &rope, mask, cache.as_deref_mut().map(|c| (c, i)));
@@ -341,7 +364,9 @@ impl Transformer {
     pub fn forward(&self, input_ids: &Tensor) -> Result<Tensor> {
         let size = input_ids.size();
         if size.len() != 2 {
-            return Err(ModelError::Invalid(format!("input_ids must be [batch, seq], got {size:?}")));
+            return Err(ModelError::Invalid(format!(
+                "input_ids must be [batch, seq], got {size:?}"
+            )));
         }
         let positions = Tensor::arange(size[1], (Kind::Int64, input_ids.device()))
             .unsqueeze(0)

@@ -7,7 +7,9 @@ use fulcrum_model::Model;
 use tch::{Device, Tensor};
 
 fn fixture(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name)
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name)
 }
 
 fn reference(name: &str, key: &str) -> anyhow::Result<Tensor> {
@@ -64,7 +66,9 @@ fn saved_folder_loads_back_to_the_same_logits() -> anyhow::Result<()> {
     model.save(&dir)?;
     let back = Model::load_hf(&dir, Device::Cpu)?;
     let ids = reference("qwen3", "input_ids")?;
-    let (a, b) = tch::no_grad(|| -> anyhow::Result<_> { Ok((model.net().forward(&ids)?, back.net().forward(&ids)?)) })?;
+    let (a, b) = tch::no_grad(|| -> anyhow::Result<_> {
+        Ok((model.net().forward(&ids)?, back.net().forward(&ids)?))
+    })?;
     assert!(a.equal(&b));
     std::fs::remove_dir_all(&dir)?;
     Ok(())
@@ -74,11 +78,15 @@ fn saved_folder_loads_back_to_the_same_logits() -> anyhow::Result<()> {
 fn a_missing_tensor_is_an_error_naming_it() -> anyhow::Result<()> {
     let dir = std::env::temp_dir().join(format!("fulcrum-missing-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
-    std::fs::copy(fixture("llama").join("config.json"), dir.join("config.json"))?;
-    let named: Vec<(String, Tensor)> = Tensor::read_safetensors(fixture("llama").join("model.safetensors"))?
-        .into_iter()
-        .filter(|(n, _)| n != "model.norm.weight")
-        .collect();
+    std::fs::copy(
+        fixture("llama").join("config.json"),
+        dir.join("config.json"),
+    )?;
+    let named: Vec<(String, Tensor)> =
+        Tensor::read_safetensors(fixture("llama").join("model.safetensors"))?
+            .into_iter()
+            .filter(|(n, _)| n != "model.norm.weight")
+            .collect();
     Tensor::write_safetensors(&named, dir.join("model.safetensors"))?;
     let err = Model::load_hf(&dir, Device::Cpu).unwrap_err().to_string();
     assert!(err.contains("model.norm.weight"), "{err}");

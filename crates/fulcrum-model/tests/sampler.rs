@@ -7,7 +7,9 @@ use fulcrum_model::{generate, sequence_logprobs, Finish, Model, SampleRequest, S
 use tch::{Device, Kind, Tensor};
 
 fn fixture(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name)
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name)
 }
 
 fn reference_ids(name: &str, key: &str) -> anyhow::Result<Vec<i64>> {
@@ -54,7 +56,11 @@ fn greedy_matches_transformers_generate_for_every_architecture() -> anyhow::Resu
         let model = Model::load_hf(&fixture(name), Device::Cpu)?;
         let prompt = reference_ids(name, "generate_prompt")?;
         let want = reference_ids(name, "generate_tokens")?;
-        let out = generate(model.net(), &request(vec![prompt], 1, want.len(), Sampling::Greedy), None)?;
+        let out = generate(
+            model.net(),
+            &request(vec![prompt], 1, want.len(), Sampling::Greedy),
+            None,
+        )?;
         assert_eq!(out[0].tokens, want, "{name}");
     }
     Ok(())
@@ -64,7 +70,11 @@ fn greedy_matches_transformers_generate_for_every_architecture() -> anyhow::Resu
 fn cached_greedy_equals_naive_greedy() -> anyhow::Result<()> {
     let model = Model::load_hf(&fixture("qwen2"), Device::Cpu)?;
     let prompt = vec![5, 9, 33, 2, 71, 8, 8];
-    let out = generate(model.net(), &request(vec![prompt.clone()], 1, 20, Sampling::Greedy), None)?;
+    let out = generate(
+        model.net(),
+        &request(vec![prompt.clone()], 1, 20, Sampling::Greedy),
+        None,
+    )?;
     assert_eq!(out[0].tokens, naive_greedy(&model, &prompt, 20)?);
     Ok(())
 }
@@ -75,8 +85,21 @@ fn greedy_output_does_not_depend_on_the_rest_of_the_batch() -> anyhow::Result<()
     let short = vec![11, 12, 13];
     let long = vec![40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50];
     let mid = vec![7, 70, 17, 27, 37];
-    let alone = generate(model.net(), &request(vec![short.clone()], 1, 16, Sampling::Greedy), None)?;
-    let batch = generate(model.net(), &request(vec![long.clone(), short, mid.clone()], 2, 16, Sampling::Greedy), None)?;
+    let alone = generate(
+        model.net(),
+        &request(vec![short.clone()], 1, 16, Sampling::Greedy),
+        None,
+    )?;
+    let batch = generate(
+        model.net(),
+        &request(
+            vec![long.clone(), short, mid.clone()],
+            2,
+            16,
+            Sampling::Greedy,
+        ),
+        None,
+    )?;
     assert_eq!(batch.len(), 6);
     assert_eq!(batch[2].tokens, alone[0].tokens);
     assert_eq!(batch[3].tokens, alone[0].tokens);
@@ -106,7 +129,14 @@ fn a_row_continues_the_same_way_when_other_rows_stop_early() -> anyhow::Result<(
     let free = generate(model.net(), &req, None)?;
     // Stop on the third token of row 0: that row (and any other sampling it) ends early.
     let stop = free[0].tokens[2];
-    let stopped = generate(model.net(), &SampleRequest { stop_token_ids: vec![stop], ..req }, None)?;
+    let stopped = generate(
+        model.net(),
+        &SampleRequest {
+            stop_token_ids: vec![stop],
+            ..req
+        },
+        None,
+    )?;
     assert_eq!(stopped[0].finish, Finish::StopToken(stop));
     assert_eq!(stopped[0].tokens, free[0].tokens[..3]);
     for (s, f) in stopped.iter().zip(&free) {
@@ -122,7 +152,11 @@ fn a_row_continues_the_same_way_when_other_rows_stop_early() -> anyhow::Result<(
 fn top_k_of_one_is_greedy() -> anyhow::Result<()> {
     let model = Model::load_hf(&fixture("qwen3"), Device::Cpu)?;
     let prompts = vec![vec![3, 4, 5, 6], vec![9]];
-    let greedy = generate(model.net(), &request(prompts.clone(), 1, 10, Sampling::Greedy), None)?;
+    let greedy = generate(
+        model.net(),
+        &request(prompts.clone(), 1, 10, Sampling::Greedy),
+        None,
+    )?;
     let k1 = Sampling::Sample {
         temperature: 0.7,
         top_k: Some(1),
@@ -154,7 +188,10 @@ fn sampler_logprobs_equal_training_logprobs() -> anyhow::Result<()> {
             let ids = Tensor::from_slice(&seq).view([1, -1]);
             let lp = tch::no_grad(|| sequence_logprobs(model.net(), &ids, temperature))?;
             let p = prompts[c.prompt_index].len() as i64;
-            let train = lp.logprobs.narrow(1, p - 1, c.tokens.len() as i64).to_kind(Kind::Float);
+            let train = lp
+                .logprobs
+                .narrow(1, p - 1, c.tokens.len() as i64)
+                .to_kind(Kind::Float);
             let train = Vec::<f32>::try_from(&train.flatten(0, -1))?;
             for (a, b) in train.iter().zip(&c.logprobs) {
                 assert!((a - b).abs() < 1e-4, "T={temperature}: {a} vs {b}");
@@ -185,7 +222,11 @@ fn stop_strings_end_a_completion() -> anyhow::Result<()> {
     let model = Model::tiny(Device::Cpu, 3)?;
     let tok = model.tokenizer()?;
     let prompt = tok.encode("abc")?;
-    let free = generate(model.net(), &request(vec![prompt.clone()], 1, 12, Sampling::Greedy), Some(tok))?;
+    let free = generate(
+        model.net(),
+        &request(vec![prompt.clone()], 1, 12, Sampling::Greedy),
+        Some(tok),
+    )?;
     let stop = tok.decode(&free[0].tokens[3..5], true)?;
     let req = SampleRequest {
         stop_strings: vec![stop.clone()],

@@ -1,7 +1,9 @@
 //! Training forward and optimisation: finite-difference gradient check, and a tiny model
 //! learning a fixed sequence with AdamW.
 
-use fulcrum_model::{sequence_logprobs, weighted_sum, AdamW, AdamWConfig, LrSchedule, Model, ModelConfig};
+use fulcrum_model::{
+    sequence_logprobs, weighted_sum, AdamW, AdamWConfig, LrSchedule, Model, ModelConfig,
+};
 use tch::{Device, Kind, Tensor};
 
 /// A small Qwen3-style config (q/k norms, GQA, biases) so the check covers every block type.
@@ -31,7 +33,9 @@ fn analytic_gradients_match_finite_differences() -> anyhow::Result<()> {
     let mut model = Model::random(&small_config(), Device::Cpu, 5);
     model.set_kind(Kind::Double);
     let ids = Tensor::from_slice(&[3i64, 7, 1, 30, 12, 5, 9, 9, 4, 22, 17, 0]).view([2, 6]);
-    let weights = Tensor::from_slice(&[0.0, 0.5, 1.0, 1.0, 0.2, 1.0, 1.0, 0.0, 0.3, 0.7]).view([2, 5]).to_kind(Kind::Double);
+    let weights = Tensor::from_slice(&[0.0, 0.5, 1.0, 1.0, 0.2, 1.0, 1.0, 0.0, 0.3, 0.7])
+        .view([2, 5])
+        .to_kind(Kind::Double);
     loss(&model, &ids, &weights)?.backward();
     let vars = model.var_store().variables();
     let mut names: Vec<&String> = vars.keys().collect();
@@ -55,7 +59,10 @@ fn analytic_gradients_match_finite_differences() -> anyhow::Result<()> {
             at(orig)?;
             let analytic = grad.view([-1]).double_value(&[idx]);
             let tol = 1e-6 + 1e-5 * analytic.abs().max(numeric.abs());
-            assert!((analytic - numeric).abs() < tol, "{name}[{idx}]: analytic {analytic} vs numeric {numeric}");
+            assert!(
+                (analytic - numeric).abs() < tol,
+                "{name}[{idx}]: analytic {analytic} vs numeric {numeric}"
+            );
             checked += 1;
         }
     }
@@ -66,11 +73,23 @@ fn analytic_gradients_match_finite_differences() -> anyhow::Result<()> {
 #[test]
 fn adamw_makes_the_tiny_model_learn_a_sequence() -> anyhow::Result<()> {
     let model = Model::tiny(Device::Cpu, 1)?;
-    let ids = Tensor::from_slice(&model.tokenizer()?.encode("the cat sat on the mat.")?).view([1, -1]);
+    let ids =
+        Tensor::from_slice(&model.tokenizer()?.encode("the cat sat on the mat.")?).view([1, -1]);
     let t = ids.size()[1] - 1;
     let weights = Tensor::ones([1, t], (Kind::Float, Device::Cpu)) / t as f64;
-    let mut opt = AdamW::new(model.var_store(), AdamWConfig { weight_decay: 0.01, ..Default::default() });
-    let sched = LrSchedule::Cosine { peak: 3e-3, min: 3e-4, warmup: 3, total: 40 };
+    let mut opt = AdamW::new(
+        model.var_store(),
+        AdamWConfig {
+            weight_decay: 0.01,
+            ..Default::default()
+        },
+    );
+    let sched = LrSchedule::Cosine {
+        peak: 3e-3,
+        min: 3e-4,
+        warmup: 3,
+        total: 40,
+    };
     let first = loss(&model, &ids, &weights)?.double_value(&[]);
     let mut last = first;
     for step in 0..40 {
@@ -87,12 +106,19 @@ fn adamw_makes_the_tiny_model_learn_a_sequence() -> anyhow::Result<()> {
 }
 
 #[test]
-fn a_checkpoint_restores_model_and_optimizer_so_training_continues_identically() -> anyhow::Result<()> {
+fn a_checkpoint_restores_model_and_optimizer_so_training_continues_identically(
+) -> anyhow::Result<()> {
     let model = Model::tiny(Device::Cpu, 2)?;
     let ids = Tensor::from_slice(&model.tokenizer()?.encode("1+2=3; 2+2=4")?).view([1, -1]);
     let t = ids.size()[1] - 1;
     let weights = Tensor::ones([1, t], (Kind::Float, Device::Cpu)) / t as f64;
-    let mut opt = AdamW::new(model.var_store(), AdamWConfig { weight_decay: 0.1, ..Default::default() });
+    let mut opt = AdamW::new(
+        model.var_store(),
+        AdamWConfig {
+            weight_decay: 0.1,
+            ..Default::default()
+        },
+    );
     let train = |model: &Model, opt: &mut AdamW, steps: usize| -> anyhow::Result<f64> {
         let mut l = 0.0;
         for _ in 0..steps {

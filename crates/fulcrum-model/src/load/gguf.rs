@@ -87,7 +87,9 @@ impl Meta<'_> {
     }
 
     fn get(&self, key: &str) -> Result<&Value> {
-        self.md.get(key).ok_or_else(|| self.err(format!("missing metadata `{key}`")))
+        self.md
+            .get(key)
+            .ok_or_else(|| self.err(format!("missing metadata `{key}`")))
     }
 
     fn int(&self, key: &str) -> Result<i64> {
@@ -115,7 +117,10 @@ impl Meta<'_> {
     }
 
     fn strings(&self, key: &str) -> Result<Vec<&str>> {
-        let list = self.get(key)?.to_vec().map_err(|e| self.err(format!("`{key}`: {e}")))?;
+        let list = self
+            .get(key)?
+            .to_vec()
+            .map_err(|e| self.err(format!("`{key}`: {e}")))?;
         list.iter()
             .map(|v| v.to_string().map(|s| s.as_str()))
             .collect::<std::result::Result<_, _>>()
@@ -134,7 +139,9 @@ fn unpermute(t: &Tensor, heads: i64) -> Tensor {
 fn build_tokenizer(meta: &Meta) -> Result<Tokenizer> {
     let model = meta.string("tokenizer.ggml.model")?;
     if model != "gpt2" {
-        return Err(meta.err(format!("tokenizer.ggml.model: only byte-level BPE (\"gpt2\") is supported, got \"{model}\"")));
+        return Err(meta.err(format!(
+            "tokenizer.ggml.model: only byte-level BPE (\"gpt2\") is supported, got \"{model}\""
+        )));
     }
     let tokens = meta.strings("tokenizer.ggml.tokens")?;
     let merges = meta
@@ -154,7 +161,11 @@ fn build_tokenizer(meta: &Meta) -> Result<Tokenizer> {
         .vocab_and_merges(vocab, merges)
         .build()
         .map_err(|e| meta.err(format!("building the BPE tokenizer: {e}")))?;
-    let pre = meta.md.get("tokenizer.ggml.pre").and_then(|v| v.to_string().ok()).map(String::as_str);
+    let pre = meta
+        .md
+        .get("tokenizer.ggml.pre")
+        .and_then(|v| v.to_string().ok())
+        .map(String::as_str);
     let pre_tokenizer: PreTokenizerWrapper = match pre {
         Some("smollm") => Sequence::new(vec![
             Digits::new(true).into(),
@@ -178,12 +189,19 @@ fn build_tokenizer(meta: &Meta) -> Result<Tokenizer> {
     let mut inner = tokenizers::Tokenizer::new(bpe);
     inner.with_pre_tokenizer(Some(pre_tokenizer));
     inner.with_decoder(Some(ByteLevelDecoder::default()));
-    let types = meta.get("tokenizer.ggml.token_type")?.to_vec().map_err(|e| meta.err(e.to_string()))?;
+    let types = meta
+        .get("tokenizer.ggml.token_type")?
+        .to_vec()
+        .map_err(|e| meta.err(e.to_string()))?;
     let specials: Vec<AddedToken> = types
         .iter()
         .zip(&tokens)
         .filter(|(ty, _)| {
-            let ty = ty.to_i32().map(i64::from).or_else(|_| ty.to_u32().map(i64::from)).unwrap_or(1);
+            let ty = ty
+                .to_i32()
+                .map(i64::from)
+                .or_else(|_| ty.to_u32().map(i64::from))
+                .unwrap_or(1);
             SPECIAL_TOKEN_TYPES.contains(&ty)
         })
         .map(|(_, t)| AddedToken::from(*t, true))
@@ -210,14 +228,20 @@ pub fn read_gguf(path: &Path) -> Result<GgufModel> {
         "llama" => Arch::Llama,
         "qwen2" => Arch::Qwen2,
         "qwen3" => Arch::Qwen3,
-        other => return Err(meta.err(format!("unsupported architecture \"{other}\" (supported: llama, qwen2, qwen3)"))),
+        other => {
+            return Err(meta.err(format!(
+                "unsupported architecture \"{other}\" (supported: llama, qwen2, qwen3)"
+            )))
+        }
     };
     let key = |k: &str| format!("{arch_name}.{k}");
     let tokenizer = build_tokenizer(&meta)?;
     let hidden = meta.int(&key("embedding_length"))?;
     let heads = meta.int(&key("attention.head_count"))?;
     let kv_heads = meta.int(&key("attention.head_count_kv")).unwrap_or(heads);
-    let head_dim = meta.int(&key("attention.key_length")).unwrap_or(hidden / heads.max(1));
+    let head_dim = meta
+        .int(&key("attention.key_length"))
+        .unwrap_or(hidden / heads.max(1));
     let vocab = meta.strings("tokenizer.ggml.tokens")?.len() as i64;
     let tied = !content.tensor_infos.contains_key("output.weight");
     let has_bias = content.tensor_infos.contains_key("blk.0.attn_q.bias");
@@ -242,7 +266,9 @@ pub fn read_gguf(path: &Path) -> Result<GgufModel> {
     };
     let chat = match meta.md.get("tokenizer.chat_template") {
         Some(v) => {
-            let source = v.to_string().map_err(|e| meta.err(format!("tokenizer.chat_template: {e}")))?;
+            let source = v
+                .to_string()
+                .map_err(|e| meta.err(format!("tokenizer.chat_template: {e}")))?;
             Some(ChatTemplate::from_source(source)?)
         }
         None => None,
@@ -251,7 +277,8 @@ pub fn read_gguf(path: &Path) -> Result<GgufModel> {
     names.sort();
     let mut tensors = HashMap::new();
     for name in names {
-        let hf = hf_name(name).ok_or_else(|| meta.err(format!("tensor `{name}` has no HF counterpart")))?;
+        let hf = hf_name(name)
+            .ok_or_else(|| meta.err(format!("tensor `{name}` has no HF counterpart")))?;
         let q = content
             .tensor(&mut file, name, &candle_core::Device::Cpu)
             .map_err(|e| meta.err(format!("tensor `{name}`: {e}")))?;
@@ -286,9 +313,18 @@ mod tests {
 
     #[test]
     fn names_map_to_hf() {
-        assert_eq!(hf_name("blk.12.attn_q.weight").unwrap(), "model.layers.12.self_attn.q_proj.weight");
-        assert_eq!(hf_name("blk.0.attn_k.bias").unwrap(), "model.layers.0.self_attn.k_proj.bias");
-        assert_eq!(hf_name("blk.3.ffn_norm.weight").unwrap(), "model.layers.3.post_attention_layernorm.weight");
+        assert_eq!(
+            hf_name("blk.12.attn_q.weight").unwrap(),
+            "model.layers.12.self_attn.q_proj.weight"
+        );
+        assert_eq!(
+            hf_name("blk.0.attn_k.bias").unwrap(),
+            "model.layers.0.self_attn.k_proj.bias"
+        );
+        assert_eq!(
+            hf_name("blk.3.ffn_norm.weight").unwrap(),
+            "model.layers.3.post_attention_layernorm.weight"
+        );
         assert_eq!(hf_name("output.weight").unwrap(), "lm_head.weight");
         assert_eq!(hf_name("rope_freqs.weight"), None);
     }
@@ -296,9 +332,13 @@ mod tests {
     #[test]
     fn unpermute_inverts_the_llama_cpp_permutation() {
         let (heads, rows, cols) = (2, 8, 3);
-        let hf = Tensor::arange(rows * cols, (tch::Kind::Float, tch::Device::Cpu)).reshape([rows, cols]);
+        let hf =
+            Tensor::arange(rows * cols, (tch::Kind::Float, tch::Device::Cpu)).reshape([rows, cols]);
         // llama.cpp's export: reshape(heads, 2, rows/heads/2, cols), swap axes 1 and 2.
-        let gguf = hf.reshape([heads, 2, rows / heads / 2, cols]).transpose(1, 2).reshape([rows, cols]);
+        let gguf = hf
+            .reshape([heads, 2, rows / heads / 2, cols])
+            .transpose(1, 2)
+            .reshape([rows, cols]);
         assert!(unpermute(&gguf, heads).equal(&hf));
         assert!(!gguf.equal(&hf));
     }

@@ -54,7 +54,10 @@ fn weight_files(dir: &Path) -> Result<(PathBuf, Vec<PathBuf>)> {
             message: "missing or not an object".into(),
         })?;
     let shards: BTreeSet<&str> = map.values().filter_map(|v| v.as_str()).collect();
-    Ok((index.clone(), shards.into_iter().map(|s| dir.join(s)).collect()))
+    Ok((
+        index.clone(),
+        shards.into_iter().map(|s| dir.join(s)).collect(),
+    ))
 }
 
 /// Read the chat template from `tokenizer_config.json`, if there is one.
@@ -107,7 +110,8 @@ pub fn read_folder(dir: &Path) -> Result<HfFolder> {
     let (weights_path, files) = weight_files(dir)?;
     let mut tensors = HashMap::new();
     for file in files {
-        let named = Tensor::read_safetensors(&file).ctx(|| format!("reading {}", file.display()))?;
+        let named =
+            Tensor::read_safetensors(&file).ctx(|| format!("reading {}", file.display()))?;
         tensors.extend(named);
     }
     let tokenizer_path = dir.join("tokenizer.json");

@@ -15,7 +15,11 @@ use tch::{nn::VarStore, Tensor};
 use crate::error::{ModelError, Result, TorchContext};
 
 /// Copy `tensors` (HF names) into the variables of `vs`, converting to each variable's dtype.
-pub(crate) fn copy_weights(vs: &VarStore, mut tensors: HashMap<String, Tensor>, source: &Path) -> Result<()> {
+pub(crate) fn copy_weights(
+    vs: &VarStore,
+    mut tensors: HashMap<String, Tensor>,
+    source: &Path,
+) -> Result<()> {
     tensors.retain(|name, _| !name.ends_with("rotary_emb.inv_freq"));
     let mut variables: Vec<(String, Tensor)> = vs.variables().into_iter().collect();
     variables.sort_by(|a, b| a.0.cmp(&b.0));

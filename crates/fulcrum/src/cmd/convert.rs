@@ -22,9 +22,13 @@ pub struct Args {
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if args.out_dir.exists() {
-        anyhow::bail!("{}: already exists (refusing to overwrite)", args.out_dir.display());
+        anyhow::bail!(
+            "{}: already exists (refusing to overwrite)",
+            args.out_dir.display()
+        );
     }
-    let model = Model::load_gguf(&args.model, Device::Cpu).with_context(|| format!("loading {}", args.model.display()))?;
+    let model = Model::load_gguf(&args.model, Device::Cpu)
+        .with_context(|| format!("loading {}", args.model.display()))?;
     let name = args
         .out_dir
         .file_name()
@@ -36,7 +40,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         std::fs::remove_dir_all(&tmp).with_context(|| format!("removing {}", tmp.display()))?;
     }
     model.save(&tmp)?;
-    std::fs::rename(&tmp, &args.out_dir).with_context(|| format!("renaming {} to {}", tmp.display(), args.out_dir.display()))?;
+    std::fs::rename(&tmp, &args.out_dir)
+        .with_context(|| format!("renaming {} to {}", tmp.display(), args.out_dir.display()))?;
     eprintln!(
         "fulcrum: wrote {} ({} parameters, f32)",
         args.out_dir.display(),

@@ -49,7 +49,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if args.temperature < 0.0 {
         anyhow::bail!("--temperature must be >= 0, got {}", args.temperature);
     }
-    let mut model = Model::load(&args.model, device).with_context(|| format!("loading {}", args.model))?;
+    let mut model =
+        Model::load(&args.model, device).with_context(|| format!("loading {}", args.model))?;
     if args.bf16 {
         if !device.is_cuda() {
             anyhow::bail!("--bf16 needs a CUDA device (got {device:?})");
@@ -58,7 +59,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     let tokenizer = model.tokenizer()?;
     let text = if args.chat {
-        model.chat_template()?.render(&[Message::user(&args.prompt)], true)
+        model
+            .chat_template()?
+            .render(&[Message::user(&args.prompt)], true)
     } else {
         args.prompt.clone()
     };
