@@ -10,11 +10,12 @@ use std::path::PathBuf;
 pub enum ModelError {
     // --- files -------------------------------------------------------------------------------
     /// A file could not be read or written.
-    #[error("{path}: {source}")]
+    // The cause is part of the message, not a `source`, so that a cause chain does not
+    // print it twice.
+    #[error("{path}: {error}")]
     Io {
         path: PathBuf,
-        #[source]
-        source: std::io::Error,
+        error: std::io::Error,
     },
     /// A JSON file (config.json, tokenizer_config.json, ...) did not parse.
     #[error("{path}: {message}")]
@@ -62,11 +63,10 @@ pub enum ModelError {
     #[error("device `{requested}`: {message}")]
     Device { requested: String, message: String },
     /// A libtorch operation failed.
-    #[error("libtorch: {context}: {source}")]
+    #[error("libtorch: {context}: {error}")]
     Torch {
         context: String,
-        #[source]
-        source: tch::TchError,
+        error: tch::TchError,
     },
 }
 
@@ -74,10 +74,10 @@ pub enum ModelError {
 pub type Result<T> = std::result::Result<T, ModelError>;
 
 impl ModelError {
-    pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+    pub(crate) fn io(path: impl Into<PathBuf>, error: std::io::Error) -> Self {
         ModelError::Io {
             path: path.into(),
-            source,
+            error,
         }
     }
 }
@@ -89,9 +89,9 @@ pub(crate) trait TorchContext<T> {
 
 impl<T> TorchContext<T> for std::result::Result<T, tch::TchError> {
     fn ctx(self, context: impl FnOnce() -> String) -> Result<T> {
-        self.map_err(|source| ModelError::Torch {
+        self.map_err(|error| ModelError::Torch {
             context: context(),
-            source,
+            error,
         })
     }
 }

@@ -1,5 +1,5 @@
-//! Training-side log-probabilities: per-token log-probabilities and entropies of given target
-//! tokens, with gradients, and the masked sums a token-level loss is built from.
+//! Training-side log-probabilities: per-token log-probabilities of given target tokens (with
+//! gradients) and entropies (detached), and the masked sums a token-level loss is built from.
 //!
 //! `token_logprobs(logits, targets, temperature)` uses the same formula as the sampler
 //! (log-softmax of logits / temperature, then the target's entry), so the sampler's old
@@ -12,7 +12,8 @@ use tch::{Kind, Tensor};
 use crate::error::{ModelError, Result};
 use crate::transformer::Transformer;
 
-/// Per-token log-probabilities and entropies, both `[batch, positions]`.
+/// Per-token log-probabilities (with gradients) and entropies (detached, for metrics), both
+/// `[batch, positions]`.
 #[derive(Debug)]
 pub struct TokenLogprobs {
     pub logprobs: Tensor,
@@ -20,7 +21,8 @@ pub struct TokenLogprobs {
 }
 
 /// Log-probability of `targets` `[B, T]` (int64) under `logits` `[B, T, V]` scaled by
-/// `1 / temperature`, and the entropy of each position's distribution. Computed in f32.
+/// `1 / temperature`, and the entropy of each position's distribution (detached). Computed in
+/// f32 (f64 when the logits are f64).
 pub fn token_logprobs(
     logits: &Tensor,
     targets: &Tensor,
@@ -32,20 +34,30 @@ pub fn token_logprobs(
             "logits must be [B, T, V] and targets [B, T], got {ls:?} and {ts:?}"
         )));
     }
-    if !(temperature > 0.0) {
+    if temperature.is_nan() || temperature <= 0.0 {
         return Err(ModelError::Invalid(format!(
             "temperature must be > 0, got {temperature}"
         )));
     }
-    let mut scaled = logits.to_kind(Kind::Float);
-    if temperature != 1.0 {
-        scaled = scaled / temperature;
-    }
-    let logp_all = scaled.log_softmax(-1, Kind::Float);
+    // f32 at least (f64 stays f64, for gradient checks). Out of place: `to_kind` returns the
+    // caller's tensor itself when the kind already matches.
+    let kind = if logits.kind() == Kind::Double {
+        Kind::Double
+    } else {
+        Kind::Float
+    };
+    let scaled = if temperature == 1.0 {
+        logits.to_kind(kind)
+    } else {
+        logits.to_kind(kind) / temperature
+    };
+    let logp_all = scaled.log_softmax(-1, kind);
     let logprobs = logp_all
         .gather(2, &targets.unsqueeze(-1), false)
         .squeeze_dim(-1);
-    let entropy = -(logp_all.exp() * &logp_all).sum_dim_intlist(-1, false, Kind::Float);
+    // Entropy is a metric: computed without a graph, so that its [B, T, V] temporaries are
+    // freed at once instead of living until backward (about 1 GB for SmolLM2 at batch 8 x 256).
+    let entropy = tch::no_grad(|| -(logp_all.exp() * &logp_all).sum_dim_intlist(-1, false, kind));
     Ok(TokenLogprobs { logprobs, entropy })
 }
 
@@ -77,7 +89,12 @@ pub fn weighted_sum(values: &Tensor, weights: &Tensor) -> Result<Tensor> {
             weights.size()
         )));
     }
-    Ok((values * weights.to_kind(values.kind())).sum(Kind::Float))
+    let kind = if values.kind() == Kind::Double {
+        Kind::Double
+    } else {
+        Kind::Float
+    };
+    Ok((values * weights.to_kind(values.kind())).sum(kind))
 }
 
 /// Mean of `values` over positions where `mask` is nonzero (0 when the mask is empty): for

@@ -27,8 +27,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             args.out_dir.display()
         );
     }
-    let model = Model::load_gguf(&args.model, Device::Cpu)
-        .with_context(|| format!("loading {}", args.model.display()))?;
+    let model = Model::load_gguf(&args.model, Device::Cpu)?;
     let name = args
         .out_dir
         .file_name()

@@ -49,8 +49,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if args.temperature < 0.0 {
         anyhow::bail!("--temperature must be >= 0, got {}", args.temperature);
     }
-    let mut model =
-        Model::load(&args.model, device).with_context(|| format!("loading {}", args.model))?;
+    let mut model = Model::load(&args.model, device)?;
     if args.bf16 {
         if !device.is_cuda() {
             anyhow::bail!("--bf16 needs a CUDA device (got {device:?})");
