@@ -259,7 +259,9 @@ impl Default for PpoConfig {
 impl Default for OptimConfig {
     fn default() -> Self {
         Self {
-            lr: 1e-4,
+            // Measured on the CPU demo: 1e-4 undid the warm-up (held-out 0.93 -> 0.49 in 40
+            // steps); 1e-5 and 3e-6 improved it (0.95, 0.98).
+            lr: 3e-6,
             schedule: "constant".into(),
             warmup_steps: 0,
             min_lr_ratio: 0.1,
