@@ -28,6 +28,24 @@ pub fn token_logprobs(
     targets: &Tensor,
     temperature: f64,
 ) -> Result<TokenLogprobs> {
+    token_logprobs_entropy(logits, targets, temperature, EntropyGrad::No)
+}
+
+/// Whether the entropy keeps its graph: only for an entropy bonus in the loss, since it holds
+/// `[B, T, V]` temporaries until backward.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EntropyGrad {
+    No,
+    Yes,
+}
+
+/// As [`token_logprobs`], with the entropy differentiable when `entropy_grad` is `Yes`.
+pub fn token_logprobs_entropy(
+    logits: &Tensor,
+    targets: &Tensor,
+    temperature: f64,
+    entropy_grad: EntropyGrad,
+) -> Result<TokenLogprobs> {
     let (ls, ts) = (logits.size(), targets.size());
     if ls.len() != 3 || ts.len() != 2 || ls[..2] != ts[..] {
         return Err(ModelError::Invalid(format!(
@@ -57,7 +75,11 @@ pub fn token_logprobs(
         .squeeze_dim(-1);
     // Entropy is a metric: computed without a graph, so that its [B, T, V] temporaries are
     // freed at once instead of living until backward (about 1 GB for SmolLM2 at batch 8 x 256).
-    let entropy = tch::no_grad(|| -(logp_all.exp() * &logp_all).sum_dim_intlist(-1, false, kind));
+    let entropy_of = || -(logp_all.exp() * &logp_all).sum_dim_intlist(-1, false, kind);
+    let entropy = match entropy_grad {
+        EntropyGrad::Yes => entropy_of(),
+        EntropyGrad::No => tch::no_grad(entropy_of),
+    };
     Ok(TokenLogprobs { logprobs, entropy })
 }
 
@@ -69,6 +91,16 @@ pub fn sequence_logprobs(
     input_ids: &Tensor,
     temperature: f64,
 ) -> Result<TokenLogprobs> {
+    sequence_logprobs_entropy(net, input_ids, temperature, EntropyGrad::No)
+}
+
+/// As [`sequence_logprobs`], with the entropy differentiable when `entropy_grad` is `Yes`.
+pub fn sequence_logprobs_entropy(
+    net: &Transformer,
+    input_ids: &Tensor,
+    temperature: f64,
+    entropy_grad: EntropyGrad,
+) -> Result<TokenLogprobs> {
     let t = input_ids.size().get(1).copied().unwrap_or(0);
     if t < 2 {
         return Err(ModelError::Invalid(format!(
@@ -76,7 +108,12 @@ pub fn sequence_logprobs(
         )));
     }
     let logits = net.forward(&input_ids.narrow(1, 0, t - 1))?;
-    token_logprobs(&logits, &input_ids.narrow(1, 1, t - 1), temperature)
+    token_logprobs_entropy(
+        &logits,
+        &input_ids.narrow(1, 1, t - 1),
+        temperature,
+        entropy_grad,
+    )
 }
 
 /// `Σ values · weights` over all positions: the loss of a micro-batch when `weights` carries

@@ -5,6 +5,7 @@
 //! (the invariance the spec requires, tested in `tests/invariance.rs`). Gradients accumulate in
 //! the parameters' `.grad`; the caller zeroes them before and steps after.
 
+use fulcrum_model::logprobs::{sequence_logprobs_entropy, EntropyGrad};
 use fulcrum_model::sequence_logprobs;
 use tch::{Kind, Tensor};
 
@@ -82,14 +83,22 @@ pub fn backward_with_micro_size(
         if p.tokens == 0 {
             continue;
         }
-        let out = sequence_logprobs(policy.model.net(), &p.input_ids, temperature)
-            .map_err(TrainError::model)?;
+        let entropy_grad = if cfg.ppo.entropy_coef > 0.0 {
+            EntropyGrad::Yes
+        } else {
+            EntropyGrad::No
+        };
+        let out =
+            sequence_logprobs_entropy(policy.model.net(), &p.input_ids, temperature, entropy_grad)
+                .map_err(TrainError::model)?;
         let (token_loss, counts) = ppo_token_loss(&out.logprobs, &p, &clip);
         let policy_loss = (&token_loss * &p.weights).sum(Kind::Float);
         let reg = &p.mask * reg_weight;
-        let mut total = policy_loss.shallow_clone();
+        // Terms are collected and summed out of place: an in-place update of a tensor that
+        // shares storage with `policy_loss` would corrupt both the value and the graph.
+        let mut terms = vec![policy_loss.shallow_clone()];
         if cfg.ppo.entropy_coef > 0.0 {
-            total = total - (&out.entropy * &reg).sum(Kind::Float) * cfg.ppo.entropy_coef;
+            terms.push((&out.entropy * &reg).sum(Kind::Float) * -cfg.ppo.entropy_coef);
         }
         let mut kl_ref_sum = 0.0;
         if let (Some(reference), true) = (&policy.reference, cfg.ppo.kl_coef > 0.0) {
@@ -99,8 +108,9 @@ pub fn backward_with_micro_size(
                     .logprobs;
             let kl = kl_estimate(&out.logprobs, &ref_lp, &cfg.ppo.kl_estimator);
             kl_ref_sum = tch::no_grad(|| (&kl * &p.mask).sum(Kind::Float).double_value(&[]));
-            total = total + (&kl * &reg).sum(Kind::Float) * cfg.ppo.kl_coef;
+            terms.push((&kl * &reg).sum(Kind::Float) * cfg.ppo.kl_coef);
         }
+        let total = Tensor::stack(&terms, 0).sum(Kind::Float);
         total.backward();
         tch::no_grad(|| {
             let kl_sampling = kl_estimate(&out.logprobs, &p.old_logprobs, "k3");

@@ -168,3 +168,25 @@ fn non_finite_loss_skips_the_step_and_touches_nothing() {
     assert!(matches!(outcome, Update::Applied { .. }));
     assert_ne!(snapshot(&p), before);
 }
+
+#[test]
+fn entropy_bonus_has_a_gradient() {
+    let rs = rollouts();
+    let mut cfg = Config::default();
+    cfg.ppo.entropy_coef = 0.01;
+    // Zero advantages and weights: any gradient comes from the entropy term alone.
+    let items: Vec<Item<'_>> = rs
+        .iter()
+        .map(|r| Item {
+            rollout: r,
+            advantage: 0.0,
+            weight: 0.0,
+            active: true,
+        })
+        .collect();
+    let mut p = policy();
+    p.opt.zero_grad();
+    backward_with_micro_size(&mut p, &items, 0.01, &cfg, 4).unwrap();
+    let norm = flat_grads(&p).iter().map(|g| g * g).sum::<f64>().sqrt();
+    assert!(norm > 0.0, "the entropy bonus did not reach the parameters");
+}
