@@ -235,7 +235,8 @@ fn schedule(cfg: &Config) -> LrSchedule {
     }
 }
 
-fn new_optimizer(cfg: &Config, model: &Model) -> AdamW {
+/// A fresh AdamW over `model` with the config's hyper-parameters (RL and SFT alike).
+pub(crate) fn new_optimizer(cfg: &Config, model: &Model) -> AdamW {
     AdamW::new(
         model.var_store(),
         AdamWConfig {

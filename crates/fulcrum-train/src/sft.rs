@@ -2,7 +2,7 @@
 //! built-in tiny model) starts RL able to answer some prompts: token-mean negative
 //! log-likelihood of the demonstration (and its stop token) given the prompt.
 
-use fulcrum_model::optim::{clip_grad_norm, grads_are_finite, AdamW, AdamWConfig, LrSchedule};
+use fulcrum_model::optim::{clip_grad_norm, grads_are_finite, LrSchedule};
 use fulcrum_model::{sequence_logprobs, Model};
 use fulcrum_tasks::Task;
 use tch::Kind;
@@ -27,15 +27,7 @@ pub fn run_sft(
     mut on_step: impl FnMut(SftProgress),
 ) -> Result<(), TrainError> {
     let s = &cfg.sft;
-    let mut opt = AdamW::new(
-        model.var_store(),
-        AdamWConfig {
-            beta1: cfg.optim.beta1,
-            beta2: cfg.optim.beta2,
-            eps: cfg.optim.eps,
-            weight_decay: cfg.optim.weight_decay,
-        },
-    );
+    let mut opt = crate::run::new_optimizer(cfg, model);
     let schedule = LrSchedule::Cosine {
         peak: s.lr,
         min: s.lr * 0.1,
