@@ -54,7 +54,9 @@ fn rollouts() -> Vec<Rollout> {
     out
 }
 
-fn flat_grads(p: &Policy) -> Vec<f64> {
+/// Every parameter (`grads: false`) or every defined gradient (`grads: true`), flattened in
+/// name order.
+fn flatten(p: &Policy, grads: bool) -> Vec<f64> {
     let mut vars = p
         .model
         .var_store()
@@ -64,10 +66,15 @@ fn flat_grads(p: &Policy) -> Vec<f64> {
     vars.sort_by(|a, b| a.0.cmp(&b.0));
     let parts: Vec<Tensor> = vars
         .iter()
-        .filter(|(_, t)| t.grad().defined())
-        .map(|(_, t)| t.grad().to_kind(Kind::Double).flatten(0, -1))
+        .map(|(_, t)| if grads { t.grad() } else { t.shallow_clone() })
+        .filter(|t| t.defined())
+        .map(|t| t.to_kind(Kind::Double).flatten(0, -1))
         .collect();
     Vec::<f64>::try_from(Tensor::cat(&parts, 0)).unwrap()
+}
+
+fn flat_grads(p: &Policy) -> Vec<f64> {
+    flatten(p, true)
 }
 
 #[test]
@@ -116,18 +123,7 @@ fn gradient_does_not_depend_on_the_micro_batch_size() {
 }
 
 fn snapshot(p: &Policy) -> Vec<f64> {
-    let mut vars = p
-        .model
-        .var_store()
-        .variables()
-        .into_iter()
-        .collect::<Vec<_>>();
-    vars.sort_by(|a, b| a.0.cmp(&b.0));
-    let parts: Vec<Tensor> = vars
-        .iter()
-        .map(|(_, t)| t.to_kind(Kind::Double).flatten(0, -1))
-        .collect();
-    Vec::<f64>::try_from(Tensor::cat(&parts, 0)).unwrap()
+    flatten(p, false)
 }
 
 #[test]
