@@ -11,7 +11,7 @@
 //! of mini-batches, so each optimizer step sees a loss of the usual scale while the relative
 //! weights stay those of the whole batch.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::Instant;
 
 use fulcrum_core::{advantages, Diagnostics, RuleParams, StepBatch};
@@ -82,12 +82,13 @@ pub fn grpo_step(
         draws += 1;
         if r.dynamic_sampling {
             let before = drawn.len();
-            let informative: Vec<bool> = drawn
-                .iter()
-                .map(|x| has_spread(&rollouts_of_group(&drawn, x.group)))
-                .collect();
-            let mut keep = informative.into_iter();
-            drawn.retain(|_| keep.next().unwrap_or(false));
+            // One pass: each group's reward range, then keep the groups whose rewards differ.
+            let mut range: HashMap<usize, (f64, f64)> = HashMap::new();
+            for x in &drawn {
+                let e = range.entry(x.group).or_insert((x.reward, x.reward));
+                *e = (e.0.min(x.reward), e.1.max(x.reward));
+            }
+            drawn.retain(|x| range.get(&x.group).is_some_and(|(lo, hi)| lo < hi));
             groups_dropped += (before - drawn.len()) / r.group_size;
         }
         rollouts.extend(drawn);
@@ -136,7 +137,8 @@ pub fn grpo_step(
         l_norm: cfg.l_norm(),
     };
     let diag = Diagnostics::compute(&batch, &rewards, &params).map_err(TrainError::data)?;
-    let n_mini = cfg.ppo.mini_batches.min(groups_in(&groups)).max(1);
+    let group_ids: Vec<usize> = dedup_in_order(&groups);
+    let n_mini = cfg.ppo.mini_batches.min(group_ids.len()).max(1);
     let weights: Vec<f64> = cfg
         .rule
         .weights(&batch, &params)
@@ -165,7 +167,6 @@ pub fn grpo_step(
     let t_train0 = Instant::now();
     let mut stats = MicroStats::default();
     let (mut skipped, mut grad_norm_max, mut opt_steps) = (0u64, 0f64, 0u64);
-    let group_ids: Vec<usize> = dedup_in_order(&groups);
     for _epoch in 0..cfg.ppo.epochs {
         for chunk in group_ids.chunks(group_ids.len().div_ceil(n_mini).max(1)) {
             let mini: Vec<Item<'_>> = items
@@ -315,27 +316,8 @@ fn overlong_penalty(cfg: &Config, x: &Rollout) -> f64 {
     }
 }
 
-fn rollouts_of_group(all: &[Rollout], group: usize) -> Vec<f64> {
-    all.iter()
-        .filter(|x| x.group == group)
-        .map(|x| x.reward)
-        .collect()
-}
-
-fn has_spread(rewards: &[f64]) -> bool {
-    rewards.iter().any(|r| *r != rewards[0])
-}
-
-fn groups_in(groups: &[usize]) -> usize {
-    dedup_in_order(groups).len()
-}
-
+/// The distinct group ids in order of first appearance.
 fn dedup_in_order(groups: &[usize]) -> Vec<usize> {
-    let mut out: Vec<usize> = Vec::new();
-    for &g in groups {
-        if !out.contains(&g) {
-            out.push(g);
-        }
-    }
-    out
+    let mut seen = std::collections::HashSet::new();
+    groups.iter().copied().filter(|g| seen.insert(*g)).collect()
 }

@@ -1,29 +1,24 @@
 //! `fulcrum sft`: the supervised warm-up alone, on the task's demonstrations; writes the model
 //! as an HF folder (a checkpoint directory) and prints its held-out accuracy.
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Result;
 use fulcrum_train::run::{self, Event};
-use fulcrum_train::Config;
 
 /// Flags of `fulcrum sft`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// TOML config; its `[sft]`, `[model]` and `[task]` sections are used.
-    #[arg(long)]
-    pub config: Option<PathBuf>,
-    /// Override a config key (repeatable), e.g. `--set sft.steps=100`.
-    #[arg(long = "set", value_name = "KEY=VALUE")]
-    pub set: Vec<String>,
+    /// `[sft]`, `[model]` and `[task]` of this config are used.
+    #[command(flatten)]
+    pub source: super::train::ConfigArgs,
     /// No progress bar.
     #[arg(long)]
     pub quiet: bool,
 }
 
 pub fn run(args: Args) -> Result<ExitCode> {
-    let cfg = Config::load(args.config.as_deref(), &args.set)?;
+    let cfg = args.source.load()?;
     if cfg.sft.steps == 0 {
         anyhow::bail!("sft.steps is 0: nothing to do");
     }

@@ -9,15 +9,29 @@ use fulcrum_train::run::{self, Event, Summary};
 use fulcrum_train::Config;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-/// Flags of `fulcrum train`.
+/// Where a config comes from (shared by `train` and `sft`): defaults < `--config` < `--set`.
 #[derive(Debug, clap::Args)]
-pub struct Args {
+pub struct ConfigArgs {
     /// TOML config (see `configs/`); defaults are the built-in CPU demo.
     #[arg(long)]
     pub config: Option<PathBuf>,
     /// Override a config key, e.g. `--set steps=8 --set ppo.eps_high=0.28` (repeatable).
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub set: Vec<String>,
+}
+
+impl ConfigArgs {
+    /// The resolved, validated config.
+    pub fn load(&self) -> Result<Config> {
+        Ok(Config::load(self.config.as_deref(), &self.set)?)
+    }
+}
+
+/// Flags of `fulcrum train`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    #[command(flatten)]
+    pub source: ConfigArgs,
     /// Run directory [default: runs/<run_name>, or the first free runs/<run_name>-N].
     #[arg(long)]
     pub run_dir: Option<PathBuf>,
@@ -48,7 +62,7 @@ pub fn bar(quiet: bool) -> ProgressBar {
 
 pub fn run(args: Args) -> Result<ExitCode> {
     if args.print_config {
-        let cfg = Config::load(args.config.as_deref(), &args.set)?;
+        let cfg = args.source.load()?;
         print!("{}", cfg.to_toml());
         return Ok(ExitCode::SUCCESS);
     }
@@ -96,7 +110,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
             run::resume(dir, &mut on).with_context(|| format!("resuming {}", dir.display()))?
         }
         None => {
-            let mut cfg = Config::load(args.config.as_deref(), &args.set)?;
+            let mut cfg = args.source.load()?;
             if let Some(d) = &args.run_dir {
                 cfg.run_dir = Some(d.clone());
             }
