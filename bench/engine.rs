@@ -8,10 +8,12 @@
 
 use std::time::Instant;
 
+use fulcrum_model::logprobs::EntropyGrad;
+use fulcrum_model::masked_logprobs::masked_sequence_logprobs;
 use fulcrum_model::tch::{self, Device, Kind, Tensor};
 use fulcrum_model::{
-    generate, sequence_logprobs, weighted_sum, AdamW, AdamWConfig, DeviceChoice, Message, Model,
-    ModelConfig, SampleRequest, Sampling,
+    generate, weighted_sum, AdamW, AdamWConfig, DeviceChoice, Message, Model, ModelConfig,
+    SampleRequest, Sampling,
 };
 use serde_json::{json, Value};
 
@@ -60,17 +62,22 @@ fn bench_config() -> ModelConfig {
     }
 }
 
+/// Mean seconds of `steps` full training steps (after `warmup`) over `batch`
+/// random sequences of `seq + 1` tokens, every position scored, forward and backward in
+/// micro-batches of `micro` sequences (gradient accumulation), then clipping and AdamW.
 fn train_steps(
     model: &Model,
     batch: i64,
     seq: i64,
+    micro: i64,
     steps: usize,
     warmup: usize,
 ) -> anyhow::Result<f64> {
     let device = model.device();
     let vocab = model.config().vocab_size;
     let ids = Tensor::randint(vocab, [batch, seq + 1], (Kind::Int64, device));
-    let weights = Tensor::ones([batch, seq], (Kind::Float, device)) / (batch * seq) as f64;
+    let weights = Tensor::ones([micro, seq], (Kind::Float, device)) / (batch * seq) as f64;
+    let mask = Tensor::ones([micro, seq], (Kind::Float, device));
     let mut opt = AdamW::new(
         model.var_store(),
         AdamWConfig {
@@ -83,9 +90,12 @@ fn train_steps(
         sync(device);
         let t = Instant::now();
         opt.zero_grad();
-        let lp = sequence_logprobs(model.net(), &ids, 1.0)?;
-        let loss = -weighted_sum(&lp.logprobs, &weights)?;
-        loss.backward();
+        for part in ids.split(micro, 0) {
+            let (lp, head) =
+                masked_sequence_logprobs(model.net(), &part, &mask, 1.0, EntropyGrad::No)?;
+            let loss = -weighted_sum(&lp.logprobs, &weights)?;
+            head.backward(&loss)?;
+        }
         fulcrum_model::clip_grad_norm(model.var_store(), 1.0);
         opt.step(1e-4);
         sync(device);
@@ -147,7 +157,7 @@ fn main() -> anyhow::Result<()> {
     let cfg = bench_config();
     let model = Model::random(&cfg, device, 0);
     let (batch, seq) = (16, 256);
-    let step = train_steps(&model, batch, seq, 5, 2)?;
+    let step = train_steps(&model, batch, seq, batch, 5, 2)?;
     let tokens = (batch * seq) as f64;
     // 6 N flops per token for the weights, plus attention (QK^T and AV, forward and backward).
     let n = cfg.num_parameters() as f64;
@@ -209,14 +219,18 @@ fn main() -> anyhow::Result<()> {
                 n_tok as f64 / secs
             );
         }
-        let (batch, seq) = (8, 256);
-        let step = train_steps(&model, batch, seq, 2, 1)?;
+        // Peak memory of training alone: reset the high-water mark left by loading (GGUF
+        // dequantisation) and sampling.
+        let _ = std::fs::write("/proc/self/clear_refs", "5");
+        let (batch, seq, micro) = (8, 256, 2);
+        let step = train_steps(&model, batch, seq, micro, 2, 1)?;
         smol.insert(
             "train_tokens_per_s".into(),
             json!((batch * seq) as f64 / step),
         );
         smol.insert("train_batch".into(), json!(batch));
         smol.insert("train_seq".into(), json!(seq));
+        smol.insert("train_micro_batch".into(), json!(micro));
         let peak = if device.is_cuda() { 0 } else { peak_rss() };
         smol.insert("peak_rss_bytes".into(), json!(peak));
         eprintln!(

@@ -12,6 +12,7 @@ pub mod error;
 pub mod kv_cache;
 pub mod load;
 pub mod logprobs;
+pub mod masked_logprobs;
 pub mod model;
 pub mod optim;
 pub mod rng;

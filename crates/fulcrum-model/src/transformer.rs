@@ -197,6 +197,20 @@ impl Attention {
             None => (k, v),
         };
         let gqa = self.num_heads != self.num_kv_heads;
+        if gqa && t == 1 && !matches!(mask, AttnMask::Causal) {
+            // One decode step: the query heads sharing a KV head become that head's query rows
+            // (`[B, kv, group, D]`), so attention reads the cached keys and values as they are
+            // instead of the copies `enable_gqa` makes of them for every query head.
+            let group = self.num_heads / self.num_kv_heads;
+            let q = q.reshape([b, self.num_kv_heads, group, self.head_dim]);
+            let m = match mask {
+                AttnMask::Explicit(m) => Some(*m),
+                _ => None,
+            };
+            let out = Tensor::scaled_dot_product_attention(&q, &k, &v, m, 0.0, false, None, false)
+                .reshape([b, t, self.num_heads * self.head_dim]);
+            return self.o_proj.forward(&out);
+        }
         let out = match mask {
             AttnMask::Causal => Tensor::scaled_dot_product_attention::<Tensor>(
                 &q, &k, &v, None, 0.0, true, None, gqa,

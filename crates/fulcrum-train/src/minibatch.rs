@@ -5,7 +5,8 @@
 //! (the invariance the spec requires, tested in `tests/invariance.rs`). Gradients accumulate in
 //! the parameters' `.grad`; the caller zeroes them before and steps after.
 
-use fulcrum_model::logprobs::{sequence_logprobs_entropy, EntropyGrad};
+use fulcrum_model::logprobs::EntropyGrad;
+use fulcrum_model::masked_logprobs::masked_sequence_logprobs;
 use fulcrum_model::sequence_logprobs;
 use tch::{Kind, Tensor};
 
@@ -66,7 +67,14 @@ pub fn backward_with_micro_size(
     cfg: &Config,
     micro: usize,
 ) -> Result<MicroStats, TrainError> {
-    let mut order: Vec<usize> = (0..items.len()).filter(|&i| items[i].active).collect();
+    // A zero-weight response contributes nothing to the gradient unless a regulariser (which
+    // averages over every response token) is on.
+    let regularised =
+        cfg.ppo.entropy_coef > 0.0 || (cfg.ppo.kl_coef > 0.0 && policy.reference.is_some());
+    let skip_zero = cfg.ppo.skip_zero_weight && !regularised;
+    let mut order: Vec<usize> = (0..items.len())
+        .filter(|&i| items[i].active && !(skip_zero && items[i].weight == 0.0))
+        .collect();
     order.sort_by_key(|&i| {
         (
             items[i].rollout.prompt_ids.len() + items[i].rollout.response_ids.len(),
@@ -88,9 +96,15 @@ pub fn backward_with_micro_size(
         } else {
             EntropyGrad::No
         };
-        let out =
-            sequence_logprobs_entropy(policy.model.net(), &p.input_ids, temperature, entropy_grad)
-                .map_err(TrainError::model)?;
+        // Only response positions go through the LM head, in bounded chunks.
+        let (out, head) = masked_sequence_logprobs(
+            policy.model.net(),
+            &p.input_ids,
+            &p.mask,
+            temperature,
+            entropy_grad,
+        )
+        .map_err(TrainError::model)?;
         let (token_loss, counts) = ppo_token_loss(&out.logprobs, &p, &clip);
         let policy_loss = (&token_loss * &p.weights).sum(Kind::Float);
         let reg = &p.mask * reg_weight;
@@ -111,7 +125,7 @@ pub fn backward_with_micro_size(
             terms.push((&kl * &reg).sum(Kind::Float) * cfg.ppo.kl_coef);
         }
         let total = Tensor::stack(&terms, 0).sum(Kind::Float);
-        total.backward();
+        head.backward(&total).map_err(TrainError::model)?;
         tch::no_grad(|| {
             let kl_sampling = kl_estimate(&out.logprobs, &p.old_logprobs, "k3");
             stats.add(&MicroStats {

@@ -236,7 +236,7 @@ fn schedule(cfg: &Config) -> LrSchedule {
 }
 
 /// A fresh AdamW over `model` with the config's hyper-parameters (RL and SFT alike).
-pub(crate) fn new_optimizer(cfg: &Config, model: &Model) -> AdamW {
+pub fn new_optimizer(cfg: &Config, model: &Model) -> AdamW {
     AdamW::new(
         model.var_store(),
         AdamWConfig {

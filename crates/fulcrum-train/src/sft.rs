@@ -2,8 +2,10 @@
 //! built-in tiny model) starts RL able to answer some prompts: token-mean negative
 //! log-likelihood of the demonstration (and its stop token) given the prompt.
 
+use fulcrum_model::logprobs::EntropyGrad;
+use fulcrum_model::masked_logprobs::masked_sequence_logprobs;
 use fulcrum_model::optim::{clip_grad_norm, grads_are_finite, LrSchedule};
-use fulcrum_model::{sequence_logprobs, Model};
+use fulcrum_model::Model;
 use fulcrum_tasks::Task;
 use tch::Kind;
 
@@ -85,9 +87,11 @@ pub fn run_sft(
             .collect();
         let p = pack(&items, model.device());
         opt.zero_grad();
-        let out = sequence_logprobs(model.net(), &p.input_ids, 1.0).map_err(TrainError::model)?;
+        let (out, head) =
+            masked_sequence_logprobs(model.net(), &p.input_ids, &p.mask, 1.0, EntropyGrad::No)
+                .map_err(TrainError::model)?;
         let loss = -(&out.logprobs * &p.weights).sum(Kind::Float);
-        loss.backward();
+        head.backward(&loss).map_err(TrainError::model)?;
         let value = loss.double_value(&[]);
         if value.is_finite() && grads_are_finite(model.var_store()) {
             if cfg.optim.grad_clip > 0.0 {

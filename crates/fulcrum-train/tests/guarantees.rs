@@ -186,3 +186,49 @@ fn entropy_bonus_has_a_gradient() {
     let norm = flat_grads(&p).iter().map(|g| g * g).sum::<f64>().sqrt();
     assert!(norm > 0.0, "the entropy bonus did not reach the parameters");
 }
+
+#[test]
+fn skipping_zero_weight_responses_keeps_the_gradient() {
+    let rs = rollouts();
+    // Group 0 carries weight 0 (as an all-equal group would); group 1 carries the update.
+    let items: Vec<Item<'_>> = rs
+        .iter()
+        .map(|r| Item {
+            rollout: r,
+            advantage: if r.reward > 0.0 { 1.0 } else { -1.0 },
+            weight: if r.group == 0 { 0.0 } else { 0.05 },
+            active: true,
+        })
+        .collect();
+    let mut grads = Vec::new();
+    let mut tokens = Vec::new();
+    for skip in [false, true] {
+        let mut cfg = Config::default();
+        cfg.ppo.skip_zero_weight = skip;
+        let mut p = policy();
+        p.opt.zero_grad();
+        let s = backward_with_micro_size(&mut p, &items, 0.0, &cfg, 3).unwrap();
+        grads.push(flat_grads(&p));
+        tokens.push(s.tokens);
+    }
+    assert!(tokens[1] < tokens[0], "nothing was skipped: {tokens:?}");
+    let norm = grads[0].iter().map(|g| g * g).sum::<f64>().sqrt();
+    let diff = grads[0]
+        .iter()
+        .zip(&grads[1])
+        .map(|(a, b)| (a - b).powi(2))
+        .sum::<f64>()
+        .sqrt();
+    assert!(
+        norm > 0.0 && diff <= 1e-5 * norm,
+        "|diff| {diff:e} vs |g| {norm:e}"
+    );
+
+    // With an entropy bonus every response matters, so nothing may be skipped.
+    let mut cfg = Config::default();
+    cfg.ppo.skip_zero_weight = true;
+    cfg.ppo.entropy_coef = 0.01;
+    let mut p = policy();
+    let s = backward_with_micro_size(&mut p, &items, 0.01, &cfg, 3).unwrap();
+    assert_eq!(s.tokens, tokens[0]);
+}

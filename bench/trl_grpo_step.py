@@ -1,0 +1,126 @@
+"""The reference GRPO step of ../shared/bench-workload.md in TRL's GRPOTrainer (CPU, f32).
+
+Two modes:
+  --build DIR   write the benchmark's Qwen2-shaped model (random init, seed 0, 3,173,376
+                parameters) and its 23-id character tokenizer as an HF folder, so that fulcrum
+                loads exactly the same weights;
+  --model DIR   time GRPOTrainer on it: `--warmup` steps, then `--steps` timed steps; prints one
+                JSON line with every step's seconds and the median.
+A step is timed from the start of sampling to the end of the optimizer step (TrainerCallback
+on_step_begin to on_step_end, which brackets generation, scoring, forward, backward and AdamW).
+"""
+
+import argparse
+import json
+import os
+import random
+import statistics
+import sys
+import tempfile
+import time
+
+VOCAB = ["<pad>", "<bos>", "<eos>", "<unk>"] + [str(d) for d in range(10)] + list("+-*=:; SA")
+
+
+def build(out_dir):
+    import torch
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+
+    assert len(VOCAB) == 23
+    cfg = Qwen2Config(
+        vocab_size=23, hidden_size=256, intermediate_size=688, num_hidden_layers=4,
+        num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=512,
+        tie_word_embeddings=True, hidden_act="silu", rms_norm_eps=1e-6, rope_theta=10000.0,
+        bos_token_id=1, eos_token_id=2, pad_token_id=0, torch_dtype="float32",
+    )
+    torch.manual_seed(0)
+    model = Qwen2ForCausalLM(cfg)
+    n = sum(p.numel() for p in model.parameters())
+    if n != 3_173_376:
+        sys.exit(f"bench model has {n} parameters, the workload says 3,173,376")
+    tok = Tokenizer(models.WordLevel({t: i for i, t in enumerate(VOCAB)}, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
+    tok.decoder = decoders.Fuse()
+    tok.add_special_tokens(VOCAB[:4])
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", bos_token="<bos>",
+                                   eos_token="<eos>", unk_token="<unk>")
+    tmp = tempfile.mkdtemp(dir=os.path.dirname(os.path.abspath(out_dir)) or ".")
+    model.save_pretrained(tmp, safe_serialization=True)
+    fast.save_pretrained(tmp)
+    os.replace(tmp, out_dir)
+
+
+def digit_prompts(count, seed=0):
+    rng = random.Random(seed)
+    out = []
+    for _ in range(count):
+        n = rng.randint(3, 9)
+        out.append("S " + "".join(str(rng.randint(0, 9)) for _ in range(n)) + ":")
+    return out
+
+
+def reward(prompts, completions, **_):
+    scores = []
+    for p, c in zip(prompts, completions):
+        want = str(sum(int(ch) for ch in p[2:-1]))
+        got = c[c.rfind("A") + 1:] if "A" in c else c
+        scores.append(1.0 if got.strip() == want else 0.0)
+    return scores
+
+
+def time_trl(model_dir, warmup, steps, loss_type, threads):
+    import torch
+    torch.set_num_threads(threads)
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    total = warmup + steps
+    data = Dataset.from_dict({"prompt": digit_prompts(16 * total + 16)})
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    args = GRPOConfig(
+        output_dir=tempfile.mkdtemp(), per_device_train_batch_size=128,
+        gradient_accumulation_steps=1, num_generations=8, max_completion_length=64,
+        temperature=1.0, top_p=1.0, top_k=0, learning_rate=1e-5, adam_beta1=0.9,
+        adam_beta2=0.999, adam_epsilon=1e-8, weight_decay=0.0, max_grad_norm=1.0,
+        lr_scheduler_type="constant", beta=0.0, epsilon=0.2, num_iterations=1,
+        loss_type=loss_type, max_steps=total, use_cpu=True, bf16=False, fp16=False,
+        report_to="none", save_strategy="no", logging_steps=10_000, seed=0,
+        disable_tqdm=True, shuffle_dataset=False,
+    )
+    times = []
+
+    class Timer(TrainerCallback):
+        def on_step_begin(self, *a, **k):
+            self.t0 = time.perf_counter()
+
+        def on_step_end(self, *a, **k):
+            times.append(time.perf_counter() - self.t0)
+
+    trainer = GRPOTrainer(model=model, reward_funcs=[reward], args=args, train_dataset=data,
+                          processing_class=tok, callbacks=[Timer()])
+    trainer.train()
+    timed = times[warmup:]
+    return {"side": "trl", "loss_type": loss_type, "threads": torch.get_num_threads(),
+            "step_s": timed, "median_s": statistics.median(timed)}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build")
+    ap.add_argument("--model")
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--loss-type", default="dapo")
+    ap.add_argument("--threads", type=int, default=os.cpu_count())
+    a = ap.parse_args()
+    if a.build:
+        build(a.build)
+    if a.model:
+        print(json.dumps(time_trl(a.model, a.warmup, a.steps, a.loss_type, a.threads)))
+
+
+if __name__ == "__main__":
+    main()

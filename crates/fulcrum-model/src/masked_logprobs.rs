@@ -1,0 +1,337 @@
+//! Training log-probabilities that only pay for the positions that are scored, and never hold
+//! `[batch, seq, vocab]` logits at once.
+//!
+//! A training batch scores only response tokens, yet a plain forward computes (and autograd
+//! keeps) the LM head's logits and their log-softmax for every position: for SmolLM2 at
+//! 8 x 256 tokens that is 2,048 x 49,152 floats, 400 MB per copy, several copies live until
+//! backward. Here the trunk runs once with its graph; the head runs only on masked positions,
+//! in chunks of at most [`LOGIT_BUDGET`] logits; and when that needs more than one chunk, the
+//! head's graph is not kept: [`HeadBackward::backward`] recomputes each chunk's logits while
+//! back-propagating (the gradient is the same; the head's forward is paid twice).
+
+use tch::{Kind, Tensor};
+
+use crate::error::{ModelError, Result};
+use crate::logprobs::{token_logprobs_entropy, EntropyGrad, TokenLogprobs};
+use crate::transformer::Transformer;
+
+/// Logits computed at once: 2^24 floats (64 MB in f32) per chunk.
+pub const LOGIT_BUDGET: i64 = 1 << 24;
+
+/// How to back-propagate a loss built from [`masked_sequence_logprobs`]' outputs.
+pub struct HeadBackward<'a> {
+    recompute: Option<Recompute<'a>>,
+}
+
+/// What the chunked path needs to redo the head in backward.
+struct Recompute<'a> {
+    net: &'a Transformer,
+    /// Trunk output `[N, hidden]` (flattened positions), with its graph.
+    hidden: Tensor,
+    /// The same values as a leaf: chunk gradients accumulate in its `.grad`.
+    hidden_leaf: Tensor,
+    /// Flat indices of the scored positions and their target tokens.
+    index: Tensor,
+    targets: Tensor,
+    rows_per_chunk: i64,
+    temperature: f64,
+    entropy_grad: EntropyGrad,
+    /// The leaves handed to the caller, whose `.grad` the loss's backward fills.
+    logprobs_leaf: Tensor,
+    entropy_leaf: Tensor,
+}
+
+impl HeadBackward<'_> {
+    /// Back-propagates `loss` to the model's parameters (accumulating into `.grad`).
+    pub fn backward(self, loss: &Tensor) -> Result<()> {
+        let Some(r) = self.recompute else {
+            loss.backward();
+            return Ok(());
+        };
+        // 1. Gradient of the loss with respect to the per-position outputs.
+        loss.backward();
+        let flat_grad = |leaf: &Tensor| {
+            let g = leaf.grad();
+            g.defined()
+                .then(|| g.reshape([-1]).index_select(0, &r.index))
+        };
+        let g_lp = flat_grad(&r.logprobs_leaf);
+        let g_ent = match r.entropy_grad {
+            EntropyGrad::Yes => flat_grad(&r.entropy_leaf),
+            EntropyGrad::No => None,
+        };
+        if g_lp.is_none() && g_ent.is_none() {
+            return Ok(());
+        }
+        // 2. The head again, chunk by chunk, back-propagated into the hidden leaf and the head.
+        let rows = r.index.size()[0];
+        let mut start = 0;
+        while start < rows {
+            let n = r.rows_per_chunk.min(rows - start);
+            let idx = r.index.narrow(0, start, n);
+            let out = head_logprobs(
+                r.net,
+                &r.hidden_leaf.index_select(0, &idx),
+                &r.targets.narrow(0, start, n),
+                r.temperature,
+                r.entropy_grad,
+            )?;
+            let mut terms = Vec::new();
+            if let Some(g) = &g_lp {
+                terms.push((&out.logprobs * g.narrow(0, start, n)).sum(Kind::Float));
+            }
+            if let Some(g) = &g_ent {
+                terms.push((&out.entropy * g.narrow(0, start, n)).sum(Kind::Float));
+            }
+            Tensor::stack(&terms, 0).sum(Kind::Float).backward();
+            start += n;
+        }
+        // 3. The trunk, from the accumulated gradient of its output.
+        let g_hidden = r.hidden_leaf.grad();
+        if g_hidden.defined() {
+            (&r.hidden * g_hidden.to_kind(r.hidden.kind()))
+                .sum(Kind::Float)
+                .backward();
+        }
+        Ok(())
+    }
+}
+
+/// Log-probabilities and entropies `[rows]` of `targets` under the head applied to `hidden`
+/// `[rows, hidden]`.
+fn head_logprobs(
+    net: &Transformer,
+    hidden: &Tensor,
+    targets: &Tensor,
+    temperature: f64,
+    entropy_grad: EntropyGrad,
+) -> Result<TokenLogprobs> {
+    let logits = net.logits(hidden).unsqueeze(0);
+    let out = token_logprobs_entropy(&logits, &targets.unsqueeze(0), temperature, entropy_grad)?;
+    Ok(TokenLogprobs {
+        logprobs: out.logprobs.squeeze_dim(0),
+        entropy: out.entropy.squeeze_dim(0),
+    })
+}
+
+/// As [`crate::logprobs::sequence_logprobs_entropy`] over right-padded `input_ids` `[B, T]`,
+/// but computed only where `mask` `[B, T - 1]` is nonzero (elsewhere log-probability and
+/// entropy are 0, without gradient). Back-propagate a loss built from the outputs with the
+/// returned [`HeadBackward`], not with `loss.backward()`.
+pub fn masked_sequence_logprobs<'a>(
+    net: &'a Transformer,
+    input_ids: &Tensor,
+    mask: &Tensor,
+    temperature: f64,
+    entropy_grad: EntropyGrad,
+) -> Result<(TokenLogprobs, HeadBackward<'a>)> {
+    masked_sequence_logprobs_chunked(
+        net,
+        input_ids,
+        mask,
+        temperature,
+        entropy_grad,
+        LOGIT_BUDGET,
+    )
+}
+
+/// [`masked_sequence_logprobs`] with an explicit logit budget per chunk (tests use tiny ones).
+pub fn masked_sequence_logprobs_chunked<'a>(
+    net: &'a Transformer,
+    input_ids: &Tensor,
+    mask: &Tensor,
+    temperature: f64,
+    entropy_grad: EntropyGrad,
+    logit_budget: i64,
+) -> Result<(TokenLogprobs, HeadBackward<'a>)> {
+    let size = input_ids.size();
+    if size.len() != 2 || size[1] < 2 {
+        return Err(ModelError::Invalid(format!(
+            "input_ids must be [batch, seq >= 2], got {size:?}"
+        )));
+    }
+    let (b, t) = (size[0], size[1] - 1);
+    if mask.size() != [b, t] {
+        return Err(ModelError::Invalid(format!(
+            "mask must be [{b}, {t}], got {:?}",
+            mask.size()
+        )));
+    }
+    let device = input_ids.device();
+    let positions = Tensor::arange(t, (Kind::Int64, device))
+        .unsqueeze(0)
+        .expand([b, t], false);
+    let hidden = net
+        .forward_hidden(
+            &input_ids.narrow(1, 0, t),
+            &positions,
+            &crate::transformer::AttnMask::Causal,
+            None,
+        )?
+        .reshape([b * t, -1]);
+    let index = mask.reshape([-1]).ne(0.0).nonzero().squeeze_dim(1);
+    let targets = input_ids
+        .narrow(1, 1, t)
+        .reshape([-1])
+        .index_select(0, &index);
+    let rows = index.size()[0];
+    let vocab = net.config().vocab_size.max(1);
+    let rows_per_chunk = (logit_budget / vocab).max(1);
+    let scatter = |values: &Tensor| {
+        Tensor::zeros([b * t], (values.kind(), device))
+            .index_copy(0, &index, values)
+            .reshape([b, t])
+    };
+
+    if rows <= rows_per_chunk {
+        // One chunk: ordinary autograd through the head (nothing to save by recomputing).
+        let out = head_logprobs(
+            net,
+            &hidden.index_select(0, &index),
+            &targets,
+            temperature,
+            entropy_grad,
+        )?;
+        let out = TokenLogprobs {
+            logprobs: scatter(&out.logprobs),
+            entropy: scatter(&out.entropy),
+        };
+        return Ok((out, HeadBackward { recompute: None }));
+    }
+
+    // Several chunks: values without the head's graph now, the graph again in backward.
+    let hidden_leaf = hidden.detach().set_requires_grad(true);
+    let (mut lps, mut ents) = (Vec::new(), Vec::new());
+    tch::no_grad(|| -> Result<()> {
+        let mut start = 0;
+        while start < rows {
+            let n = rows_per_chunk.min(rows - start);
+            let out = head_logprobs(
+                net,
+                &hidden_leaf.index_select(0, &index.narrow(0, start, n)),
+                &targets.narrow(0, start, n),
+                temperature,
+                EntropyGrad::No,
+            )?;
+            lps.push(out.logprobs);
+            ents.push(out.entropy);
+            start += n;
+        }
+        Ok(())
+    })?;
+    let (lp, ent) = tch::no_grad(|| {
+        (
+            scatter(&Tensor::cat(&lps, 0)),
+            scatter(&Tensor::cat(&ents, 0)),
+        )
+    });
+    let logprobs_leaf = lp.set_requires_grad(true);
+    let entropy_leaf = match entropy_grad {
+        EntropyGrad::Yes => ent.set_requires_grad(true),
+        EntropyGrad::No => ent,
+    };
+    let out = TokenLogprobs {
+        logprobs: logprobs_leaf.shallow_clone(),
+        entropy: entropy_leaf.shallow_clone(),
+    };
+    let recompute = Recompute {
+        net,
+        hidden,
+        hidden_leaf,
+        index,
+        targets,
+        rows_per_chunk,
+        temperature,
+        entropy_grad,
+        logprobs_leaf,
+        entropy_leaf,
+    };
+    Ok((
+        out,
+        HeadBackward {
+            recompute: Some(recompute),
+        },
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::logprobs::sequence_logprobs_entropy;
+    use crate::Model;
+    use tch::Device;
+
+    fn grads(model: &Model) -> Vec<(String, Tensor)> {
+        let mut v: Vec<(String, Tensor)> = model
+            .var_store()
+            .variables()
+            .into_iter()
+            .map(|(n, t)| (n, t.grad().copy()))
+            .collect();
+        v.sort_by(|a, b| a.0.cmp(&b.0));
+        v
+    }
+
+    fn zero_grads(model: &Model) {
+        for (_, mut t) in model.var_store().variables() {
+            let mut g = t.grad();
+            if g.defined() {
+                let _ = g.zero_();
+            }
+            let _ = t.requires_grad_(true);
+        }
+    }
+
+    /// Same values on masked positions and the same parameter gradient as the plain path, with
+    /// one chunk and with many (recomputed) chunks, entropy bonus included.
+    #[test]
+    fn matches_the_plain_forward_and_gradient() {
+        tch::set_num_threads(1);
+        let mut model = Model::tiny(Device::Cpu, 3).unwrap();
+        model.set_kind(Kind::Double);
+        let net = model.net();
+        let ids = Tensor::from_slice(&[5i64, 9, 14, 22, 40, 41, 7, 3, 12, 13, 33, 2, 0, 0])
+            .reshape([2, 7]);
+        let mask = Tensor::from_slice(&[
+            0.0f64, 0.0, 1.0, 1.0, 1.0, 1.0, 0.0, 0.0, 1.0, 1.0, 0.0, 0.0,
+        ])
+        .reshape([2, 6]);
+        let w = Tensor::from_slice(&[
+            0.0f64, 0.0, 0.3, -0.2, 0.5, 0.1, 0.0, 0.0, -0.4, 0.7, 0.0, 0.0,
+        ])
+        .reshape([2, 6]);
+        let loss_of = |o: &TokenLogprobs| {
+            (&o.logprobs * &w).sum(Kind::Double) + (&o.entropy * &mask).sum(Kind::Double) * 0.1
+        };
+
+        zero_grads(&model);
+        let plain = sequence_logprobs_entropy(net, &ids, 0.7, EntropyGrad::Yes).unwrap();
+        loss_of(&plain).backward();
+        let want = grads(&model);
+        let plain_lp = plain.logprobs.detach() * &mask;
+
+        for budget in [LOGIT_BUDGET, 2 * 128, 128] {
+            zero_grads(&model);
+            let (out, head) =
+                masked_sequence_logprobs_chunked(net, &ids, &mask, 0.7, EntropyGrad::Yes, budget)
+                    .unwrap();
+            let lp_diff = (out.logprobs.detach() - &plain_lp)
+                .abs()
+                .max()
+                .double_value(&[]);
+            assert!(
+                lp_diff < 1e-10,
+                "budget {budget}: logprobs differ by {lp_diff}"
+            );
+            head.backward(&loss_of(&out)).unwrap();
+            for ((name, g), (_, h)) in grads(&model).iter().zip(&want) {
+                let diff = (g - h).abs().max().double_value(&[]);
+                let scale = h.abs().max().double_value(&[]).max(1e-12);
+                assert!(
+                    diff <= 1e-9 * scale.max(1.0),
+                    "budget {budget}: {name} differs by {diff}"
+                );
+            }
+        }
+    }
+}
