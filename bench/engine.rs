@@ -9,7 +9,7 @@
 use std::time::Instant;
 
 use fulcrum_model::logprobs::EntropyGrad;
-use fulcrum_model::masked_logprobs::masked_sequence_logprobs;
+use fulcrum_model::masked_logprobs::{masked_sequence_logprobs_with, MemoryOptions};
 use fulcrum_model::tch::{self, Device, Kind, Tensor};
 use fulcrum_model::{
     generate, weighted_sum, AdamW, AdamWConfig, DeviceChoice, Message, Model, ModelConfig,
@@ -70,6 +70,7 @@ fn train_steps(
     batch: i64,
     seq: i64,
     micro: i64,
+    memory: MemoryOptions,
     steps: usize,
     warmup: usize,
 ) -> anyhow::Result<f64> {
@@ -91,8 +92,14 @@ fn train_steps(
         let t = Instant::now();
         opt.zero_grad();
         for part in ids.split(micro, 0) {
-            let (lp, head) =
-                masked_sequence_logprobs(model.net(), &part, &mask, 1.0, EntropyGrad::No)?;
+            let (lp, head) = masked_sequence_logprobs_with(
+                model.net(),
+                &part,
+                &mask,
+                1.0,
+                EntropyGrad::No,
+                memory,
+            )?;
             let loss = -weighted_sum(&lp.logprobs, &weights)?;
             head.backward(&loss)?;
         }
@@ -157,7 +164,7 @@ fn main() -> anyhow::Result<()> {
     let cfg = bench_config();
     let model = Model::random(&cfg, device, 0);
     let (batch, seq) = (16, 256);
-    let step = train_steps(&model, batch, seq, batch, 5, 2)?;
+    let step = train_steps(&model, batch, seq, batch, MemoryOptions::default(), 5, 2)?;
     let tokens = (batch * seq) as f64;
     // 6 N flops per token for the weights, plus attention (QK^T and AV, forward and backward).
     let n = cfg.num_parameters() as f64;
@@ -222,8 +229,14 @@ fn main() -> anyhow::Result<()> {
         // Peak memory of training alone: reset the high-water mark left by loading (GGUF
         // dequantisation) and sampling.
         let _ = std::fs::write("/proc/self/clear_refs", "5");
+        // Micro-batches of 2 sequences and activation checkpointing (what the trainer's
+        // `ppo.micro_batch_size` and `model.checkpoint_activations` give).
         let (batch, seq, micro) = (8, 256, 2);
-        let step = train_steps(&model, batch, seq, micro, 2, 1)?;
+        let memory = MemoryOptions {
+            checkpoint_layers: true,
+            ..Default::default()
+        };
+        let step = train_steps(&model, batch, seq, micro, memory, 2, 1)?;
         smol.insert(
             "train_tokens_per_s".into(),
             json!((batch * seq) as f64 / step),
@@ -231,6 +244,7 @@ fn main() -> anyhow::Result<()> {
         smol.insert("train_batch".into(), json!(batch));
         smol.insert("train_seq".into(), json!(seq));
         smol.insert("train_micro_batch".into(), json!(micro));
+        smol.insert("train_checkpoint_layers".into(), json!(true));
         let peak = if device.is_cuda() { 0 } else { peak_rss() };
         smol.insert("peak_rss_bytes".into(), json!(peak));
         eprintln!(

@@ -13,14 +13,34 @@ use tch::{Kind, Tensor};
 
 use crate::error::{ModelError, Result};
 use crate::logprobs::{token_logprobs_entropy, EntropyGrad, TokenLogprobs};
-use crate::transformer::Transformer;
+use crate::transformer::{CheckpointedTrunk, Transformer};
 
 /// Logits computed at once: 2^24 floats (64 MB in f32) per chunk.
 pub const LOGIT_BUDGET: i64 = 1 << 24;
 
+/// How the training forward trades memory for compute.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MemoryOptions {
+    /// Logits computed at once (per chunk of positions).
+    pub logit_budget: i64,
+    /// Keep only each decoder layer's input and recompute its activations in backward.
+    pub checkpoint_layers: bool,
+}
+
+impl Default for MemoryOptions {
+    fn default() -> Self {
+        MemoryOptions {
+            logit_budget: LOGIT_BUDGET,
+            checkpoint_layers: false,
+        }
+    }
+}
+
 /// How to back-propagate a loss built from [`masked_sequence_logprobs`]' outputs.
 pub struct HeadBackward<'a> {
     recompute: Option<Recompute<'a>>,
+    /// With activation checkpointing: the layers, back-propagated after the head.
+    trunk: Option<CheckpointedTrunk<'a>>,
 }
 
 /// What the chunked path needs to redo the head in backward.
@@ -46,6 +66,9 @@ impl HeadBackward<'_> {
     pub fn backward(self, loss: &Tensor) -> Result<()> {
         let Some(r) = self.recompute else {
             loss.backward();
+            if let Some(trunk) = self.trunk {
+                trunk.backward();
+            }
             return Ok(());
         };
         // 1. Gradient of the loss with respect to the per-position outputs.
@@ -63,6 +86,7 @@ impl HeadBackward<'_> {
         if g_lp.is_none() && g_ent.is_none() {
             return Ok(());
         }
+        let trunk = self.trunk;
         // 2. The head again, chunk by chunk, back-propagated into the hidden leaf and the head.
         let rows = r.index.size()[0];
         let mut start = 0;
@@ -92,6 +116,9 @@ impl HeadBackward<'_> {
             (&r.hidden * g_hidden.to_kind(r.hidden.kind()))
                 .sum(Kind::Float)
                 .backward();
+        }
+        if let Some(trunk) = trunk {
+            trunk.backward();
         }
         Ok(())
     }
@@ -125,25 +152,26 @@ pub fn masked_sequence_logprobs<'a>(
     temperature: f64,
     entropy_grad: EntropyGrad,
 ) -> Result<(TokenLogprobs, HeadBackward<'a>)> {
-    masked_sequence_logprobs_chunked(
+    masked_sequence_logprobs_with(
         net,
         input_ids,
         mask,
         temperature,
         entropy_grad,
-        LOGIT_BUDGET,
+        MemoryOptions::default(),
     )
 }
 
-/// [`masked_sequence_logprobs`] with an explicit logit budget per chunk (tests use tiny ones).
-pub fn masked_sequence_logprobs_chunked<'a>(
+/// [`masked_sequence_logprobs`] with explicit memory options (tests use tiny logit budgets).
+pub fn masked_sequence_logprobs_with<'a>(
     net: &'a Transformer,
     input_ids: &Tensor,
     mask: &Tensor,
     temperature: f64,
     entropy_grad: EntropyGrad,
-    logit_budget: i64,
+    memory: MemoryOptions,
 ) -> Result<(TokenLogprobs, HeadBackward<'a>)> {
+    let logit_budget = memory.logit_budget;
     let size = input_ids.size();
     if size.len() != 2 || size[1] < 2 {
         return Err(ModelError::Invalid(format!(
@@ -158,17 +186,21 @@ pub fn masked_sequence_logprobs_chunked<'a>(
         )));
     }
     let device = input_ids.device();
-    let positions = Tensor::arange(t, (Kind::Int64, device))
-        .unsqueeze(0)
-        .expand([b, t], false);
-    let hidden = net
-        .forward_hidden(
+    let (hidden, trunk) = if memory.checkpoint_layers {
+        let trunk = net.forward_checkpointed(&input_ids.narrow(1, 0, t))?;
+        (trunk.hidden.reshape([b * t, -1]), Some(trunk))
+    } else {
+        let positions = Tensor::arange(t, (Kind::Int64, device))
+            .unsqueeze(0)
+            .expand([b, t], false);
+        let hidden = net.forward_hidden(
             &input_ids.narrow(1, 0, t),
             &positions,
             &crate::transformer::AttnMask::Causal,
             None,
-        )?
-        .reshape([b * t, -1]);
+        )?;
+        (hidden.reshape([b * t, -1]), None)
+    };
     let index = mask.reshape([-1]).ne(0.0).nonzero().squeeze_dim(1);
     let targets = input_ids
         .narrow(1, 1, t)
@@ -196,7 +228,13 @@ pub fn masked_sequence_logprobs_chunked<'a>(
             logprobs: scatter(&out.logprobs),
             entropy: scatter(&out.entropy),
         };
-        return Ok((out, HeadBackward { recompute: None }));
+        return Ok((
+            out,
+            HeadBackward {
+                recompute: None,
+                trunk,
+            },
+        ));
     }
 
     // Several chunks: values without the head's graph now, the graph again in backward.
@@ -250,6 +288,7 @@ pub fn masked_sequence_logprobs_chunked<'a>(
         out,
         HeadBackward {
             recompute: Some(recompute),
+            trunk,
         },
     ))
 }
@@ -283,7 +322,8 @@ mod tests {
     }
 
     /// Same values on masked positions and the same parameter gradient as the plain path, with
-    /// one chunk and with many (recomputed) chunks, entropy bonus included.
+    /// one chunk and with many (recomputed) chunks, with and without activation checkpointing,
+    /// entropy bonus included.
     #[test]
     fn matches_the_plain_forward_and_gradient() {
         tch::set_num_threads(1);
@@ -310,26 +350,34 @@ mod tests {
         let want = grads(&model);
         let plain_lp = plain.logprobs.detach() * &mask;
 
-        for budget in [LOGIT_BUDGET, 2 * 128, 128] {
+        for (logit_budget, checkpoint_layers) in [
+            (LOGIT_BUDGET, false),
+            (2 * 128, false),
+            (128, false),
+            (LOGIT_BUDGET, true),
+            (128, true),
+        ] {
+            let budget = (logit_budget, checkpoint_layers);
+            let memory = MemoryOptions {
+                logit_budget,
+                checkpoint_layers,
+            };
             zero_grads(&model);
             let (out, head) =
-                masked_sequence_logprobs_chunked(net, &ids, &mask, 0.7, EntropyGrad::Yes, budget)
+                masked_sequence_logprobs_with(net, &ids, &mask, 0.7, EntropyGrad::Yes, memory)
                     .unwrap();
             let lp_diff = (out.logprobs.detach() - &plain_lp)
                 .abs()
                 .max()
                 .double_value(&[]);
-            assert!(
-                lp_diff < 1e-10,
-                "budget {budget}: logprobs differ by {lp_diff}"
-            );
+            assert!(lp_diff < 1e-10, "{budget:?}: logprobs differ by {lp_diff}");
             head.backward(&loss_of(&out)).unwrap();
             for ((name, g), (_, h)) in grads(&model).iter().zip(&want) {
                 let diff = (g - h).abs().max().double_value(&[]);
                 let scale = h.abs().max().double_value(&[]).max(1e-12);
                 assert!(
                     diff <= 1e-9 * scale.max(1.0),
-                    "budget {budget}: {name} differs by {diff}"
+                    "{budget:?}: {name} differs by {diff}"
                 );
             }
         }

@@ -3,7 +3,7 @@
 //! Steps (numbered as in the code): 1 left-pad the distinct prompts so they end together,
 //! 2 prefill them once, 3 replicate each prompt's cache rows into its G samples, 4 decode all
 //! rows together, one token per step, sampling the whole batch at once, 5 drop finished rows
-//! from the batch (and the cache). Padding is masked and positions start at each prompt's first
+//! from the batch (and the cache) once they are a quarter of it. Padding is masked and positions start at each prompt's first
 //! real token, so a prompt's output does not depend on what else is in the batch.
 //!
 //! Returned per completion: the sampled token ids (including the stop token that ended it), and
@@ -262,31 +262,41 @@ fn run(
         })
         .collect();
 
-    // 4. Decode.
+    // 4. Decode. `done[i]`: batch row i has finished but is still in the batch (see 5).
+    let mut done = vec![false; active.len()];
     for step in 0..req.max_new_tokens {
         let (tokens, logp) = sample_next(&logits, req.sampling, &mut rngs)?;
         let tok_host = Vec::<i64>::try_from(&tokens).ctx(|| "reading sampled tokens".into())?;
         let logp_host = Vec::<f32>::try_from(&logp.to_kind(Kind::Float))
             .ctx(|| "reading log-probabilities".into())?;
-        let mut keep = Vec::with_capacity(active.len());
         for (i, &row) in active.iter().enumerate() {
+            if done[i] {
+                continue;
+            }
             let c = &mut out[row];
             c.tokens.push(tok_host[i]);
             c.logprobs.push(logp_host[i]);
             if req.stop_token_ids.contains(&tok_host[i]) {
                 c.finish = Finish::StopToken(tok_host[i]);
+                done[i] = true;
             } else if let Some(s) = stop_string_hit(tokenizer, &c.tokens, &req.stop_strings)? {
                 c.finish = Finish::StopString(s);
-            } else {
-                keep.push(i as i64);
+                done[i] = true;
             }
         }
-        if keep.is_empty() || step + 1 == req.max_new_tokens {
+        let n_done = done.iter().filter(|&&d| d).count();
+        if n_done == active.len() || step + 1 == req.max_new_tokens {
             break;
         }
-        // 5. Drop finished rows from the batch and the cache.
+        // 5. Drop finished rows from the batch and the cache, once they are a quarter of it:
+        // compacting copies the whole cache, so doing it for every finished row would cost
+        // more than decoding a few dead rows (their tokens are ignored; each row has its own
+        // random stream, so they do not disturb the others).
         let mut next = tokens;
-        if keep.len() < active.len() {
+        if n_done * 4 >= active.len() {
+            let keep: Vec<i64> = (0..active.len() as i64)
+                .filter(|&i| !done[i as usize])
+                .collect();
             let idx = Tensor::from_slice(&keep).to_device(device);
             cache.select_rows(&idx)?;
             pad = pad.index_select(0, &idx);
@@ -294,6 +304,7 @@ fn run(
             next = next.index_select(0, &idx);
             active = keep.iter().map(|&i| active[i as usize]).collect();
             rngs = keep.iter().map(|&i| rngs[i as usize].clone()).collect();
+            done = vec![false; active.len()];
             any_pad = pad.max().int64_value(&[]) > 0;
         }
         let b = active.len() as i64;

@@ -368,6 +368,47 @@ impl Transformer {
         Ok(self.norm.forward(&xs))
     }
 
+    /// A full causal forward over `[batch, seq]` ids (positions 0..seq) that keeps no graph
+    /// inside the decoder layers, only each layer's input: the activation checkpointing of
+    /// [`CheckpointedTrunk`]. Returns the final hidden states as a leaf with gradient.
+    pub fn forward_checkpointed(&self, input_ids: &Tensor) -> Result<CheckpointedTrunk<'_>> {
+        let size = input_ids.size();
+        if size.len() != 2 {
+            return Err(ModelError::Invalid(format!(
+                "input_ids must be [batch, seq], got {size:?}"
+            )));
+        }
+        let positions = Tensor::arange(size[1], (Kind::Int64, input_ids.device()))
+            .unsqueeze(0)
+            .expand([size[0], size[1]], false);
+        let embedded =
+            Tensor::f_embedding(&self.embed_tokens, input_ids, -1, false, false).ctx(|| {
+                format!(
+                    "embedding token ids (vocabulary {})",
+                    self.config.vocab_size
+                )
+            })?;
+        let rope = self.rope.tables(&positions, self.kind());
+        let mut inputs = Vec::with_capacity(self.layers.len());
+        let mut xs = embedded.detach();
+        tch::no_grad(|| {
+            for layer in &self.layers {
+                let next = layer.forward(&xs, &rope, &AttnMask::Causal, None);
+                inputs.push(std::mem::replace(&mut xs, next));
+            }
+        });
+        let last = xs.set_requires_grad(true);
+        let hidden = self.norm.forward(&last);
+        Ok(CheckpointedTrunk {
+            net: self,
+            embedded,
+            inputs,
+            rope,
+            last,
+            hidden,
+        })
+    }
+
     /// LM-head logits for hidden states `[..., hidden]`.
     pub fn logits(&self, hidden: &Tensor) -> Tensor {
         hidden.linear::<Tensor>(self.lm_head.as_ref().unwrap_or(&self.embed_tokens), None)
@@ -387,5 +428,40 @@ impl Transformer {
             .expand([size[0], size[1]], false);
         let hidden = self.forward_hidden(input_ids, &positions, &AttnMask::Causal, None)?;
         Ok(self.logits(&hidden))
+    }
+}
+
+/// The decoder stack run by [`Transformer::forward_checkpointed`]: what it needs to
+/// back-propagate layer by layer, recomputing each layer's activations from its saved input.
+/// Memory: one `[batch, seq, hidden]` tensor per layer plus one layer's activations, instead of
+/// every layer's; cost: one more forward of the layers.
+pub struct CheckpointedTrunk<'a> {
+    net: &'a Transformer,
+    /// Token embeddings, with their graph (to the embedding matrix).
+    embedded: Tensor,
+    /// The input of each layer (no graph).
+    inputs: Vec<Tensor>,
+    rope: (Tensor, Tensor),
+    /// The last layer's output as a leaf: the gradient of the loss arrives in its `.grad`.
+    last: Tensor,
+    /// Final-normed hidden states (graph from `last`): what the head reads.
+    pub hidden: Tensor,
+}
+
+impl CheckpointedTrunk<'_> {
+    /// Back-propagates through the layers, last to first, once the loss's gradient has reached
+    /// `hidden` (that is, after the backward of everything computed from it).
+    pub fn backward(self) {
+        let mut grad = self.last.grad();
+        if !grad.defined() {
+            return;
+        }
+        for (layer, input) in self.net.layers.iter().zip(&self.inputs).rev() {
+            let leaf = input.detach().set_requires_grad(true);
+            let out = layer.forward(&leaf, &self.rope, &AttnMask::Causal, None);
+            (out * &grad).sum(Kind::Float).backward();
+            grad = leaf.grad();
+        }
+        (&self.embedded * grad).sum(Kind::Float).backward();
     }
 }

@@ -70,6 +70,9 @@ pub struct ModelConfig {
     pub path: String,
     /// Parameter dtype: f32 or bf16 (bf16 on GPU only).
     pub dtype: String,
+    /// Activation checkpointing in training forwards: keep only each decoder layer's input and
+    /// recompute the layer in backward (about a third more compute, a fraction of the memory).
+    pub checkpoint_activations: bool,
 }
 
 /// Sampling.
@@ -221,6 +224,7 @@ impl Default for ModelConfig {
         Self {
             path: "tiny".into(),
             dtype: "f32".into(),
+            checkpoint_activations: false,
         }
     }
 }
@@ -462,6 +466,14 @@ impl Config {
             return bad("eval.k", "must be >= 1".into());
         }
         Ok(())
+    }
+
+    /// How training forwards trade memory for compute.
+    pub fn memory(&self) -> fulcrum_model::masked_logprobs::MemoryOptions {
+        fulcrum_model::masked_logprobs::MemoryOptions {
+            checkpoint_layers: self.model.checkpoint_activations,
+            ..Default::default()
+        }
     }
 
     /// The clip settings of the policy loss.

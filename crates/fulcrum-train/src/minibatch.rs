@@ -6,7 +6,7 @@
 //! the parameters' `.grad`; the caller zeroes them before and steps after.
 
 use fulcrum_model::logprobs::EntropyGrad;
-use fulcrum_model::masked_logprobs::masked_sequence_logprobs;
+use fulcrum_model::masked_logprobs::masked_sequence_logprobs_with;
 use fulcrum_model::sequence_logprobs;
 use tch::{Kind, Tensor};
 
@@ -97,12 +97,13 @@ pub fn backward_with_micro_size(
             EntropyGrad::No
         };
         // Only response positions go through the LM head, in bounded chunks.
-        let (out, head) = masked_sequence_logprobs(
+        let (out, head) = masked_sequence_logprobs_with(
             policy.model.net(),
             &p.input_ids,
             &p.mask,
             temperature,
             entropy_grad,
+            cfg.memory(),
         )
         .map_err(TrainError::model)?;
         let (token_loss, counts) = ppo_token_loss(&out.logprobs, &p, &clip);

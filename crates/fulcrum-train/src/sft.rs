@@ -3,7 +3,7 @@
 //! log-likelihood of the demonstration (and its stop token) given the prompt.
 
 use fulcrum_model::logprobs::EntropyGrad;
-use fulcrum_model::masked_logprobs::masked_sequence_logprobs;
+use fulcrum_model::masked_logprobs::masked_sequence_logprobs_with;
 use fulcrum_model::optim::{clip_grad_norm, grads_are_finite, LrSchedule};
 use fulcrum_model::Model;
 use fulcrum_tasks::Task;
@@ -87,9 +87,15 @@ pub fn run_sft(
             .collect();
         let p = pack(&items, model.device());
         opt.zero_grad();
-        let (out, head) =
-            masked_sequence_logprobs(model.net(), &p.input_ids, &p.mask, 1.0, EntropyGrad::No)
-                .map_err(TrainError::model)?;
+        let (out, head) = masked_sequence_logprobs_with(
+            model.net(),
+            &p.input_ids,
+            &p.mask,
+            1.0,
+            EntropyGrad::No,
+            cfg.memory(),
+        )
+        .map_err(TrainError::model)?;
         let loss = -(&out.logprobs * &p.weights).sum(Kind::Float);
         head.backward(&loss).map_err(TrainError::model)?;
         let value = loss.double_value(&[]);
