@@ -351,13 +351,7 @@ impl Transformer {
                 )));
             }
         }
-        let mut xs =
-            Tensor::f_embedding(&self.embed_tokens, input_ids, -1, false, false).ctx(|| {
-                format!(
-                    "embedding token ids (vocabulary {})",
-                    self.config.vocab_size
-                )
-            })?;
+        let mut xs = self.embed(input_ids)?;
         let rope = self.rope.tables(positions, self.kind());
         for (i, layer) in self.layers.iter().enumerate() {
             xs = layer.forward(&xs, &rope, mask, cache.as_deref_mut().map(|c| (c, i)));
@@ -372,22 +366,8 @@ impl Transformer {
     /// inside the decoder layers, only each layer's input: the activation checkpointing of
     /// [`CheckpointedTrunk`]. Returns the final hidden states as a leaf with gradient.
     pub fn forward_checkpointed(&self, input_ids: &Tensor) -> Result<CheckpointedTrunk<'_>> {
-        let size = input_ids.size();
-        if size.len() != 2 {
-            return Err(ModelError::Invalid(format!(
-                "input_ids must be [batch, seq], got {size:?}"
-            )));
-        }
-        let positions = Tensor::arange(size[1], (Kind::Int64, input_ids.device()))
-            .unsqueeze(0)
-            .expand([size[0], size[1]], false);
-        let embedded =
-            Tensor::f_embedding(&self.embed_tokens, input_ids, -1, false, false).ctx(|| {
-                format!(
-                    "embedding token ids (vocabulary {})",
-                    self.config.vocab_size
-                )
-            })?;
+        let positions = full_positions(input_ids)?;
+        let embedded = self.embed(input_ids)?;
         let rope = self.rope.tables(&positions, self.kind());
         let mut inputs = Vec::with_capacity(self.layers.len());
         let mut xs = embedded.detach();
@@ -409,6 +389,16 @@ impl Transformer {
         })
     }
 
+    /// Token embeddings of int64 ids (an id outside the vocabulary is an error).
+    fn embed(&self, input_ids: &Tensor) -> Result<Tensor> {
+        Tensor::f_embedding(&self.embed_tokens, input_ids, -1, false, false).ctx(|| {
+            format!(
+                "embedding token ids (vocabulary {})",
+                self.config.vocab_size
+            )
+        })
+    }
+
     /// LM-head logits for hidden states `[..., hidden]`.
     pub fn logits(&self, hidden: &Tensor) -> Tensor {
         hidden.linear::<Tensor>(self.lm_head.as_ref().unwrap_or(&self.embed_tokens), None)
@@ -417,18 +407,23 @@ impl Transformer {
     /// Logits `[batch, seq, vocab]` of a full causal forward over unpadded or right-padded
     /// sequences (positions 0..seq); what training and reference checks use.
     pub fn forward(&self, input_ids: &Tensor) -> Result<Tensor> {
-        let size = input_ids.size();
-        if size.len() != 2 {
-            return Err(ModelError::Invalid(format!(
-                "input_ids must be [batch, seq], got {size:?}"
-            )));
-        }
-        let positions = Tensor::arange(size[1], (Kind::Int64, input_ids.device()))
-            .unsqueeze(0)
-            .expand([size[0], size[1]], false);
+        let positions = full_positions(input_ids)?;
         let hidden = self.forward_hidden(input_ids, &positions, &AttnMask::Causal, None)?;
         Ok(self.logits(&hidden))
     }
+}
+
+/// Positions 0..seq for every row of `[batch, seq]` ids.
+fn full_positions(input_ids: &Tensor) -> Result<Tensor> {
+    let size = input_ids.size();
+    if size.len() != 2 {
+        return Err(ModelError::Invalid(format!(
+            "input_ids must be [batch, seq], got {size:?}"
+        )));
+    }
+    Ok(Tensor::arange(size[1], (Kind::Int64, input_ids.device()))
+        .unsqueeze(0)
+        .expand([size[0], size[1]], false))
 }
 
 /// The decoder stack run by [`Transformer::forward_checkpointed`]: what it needs to
