@@ -382,4 +382,31 @@ mod tests {
             }
         }
     }
+
+    /// No scored position: zeros, and a backward that changes nothing.
+    #[test]
+    fn an_empty_mask_gives_zeros() {
+        tch::set_num_threads(1);
+        let model = Model::tiny(Device::Cpu, 3).unwrap();
+        let ids = Tensor::from_slice(&[5i64, 9, 14, 22]).reshape([1, 4]);
+        let mask = Tensor::zeros([1, 3], (Kind::Float, Device::Cpu));
+        for checkpoint_layers in [false, true] {
+            let memory = MemoryOptions {
+                logit_budget: 128,
+                checkpoint_layers,
+            };
+            zero_grads(&model);
+            let (out, head) = masked_sequence_logprobs_with(
+                model.net(),
+                &ids,
+                &mask,
+                1.0,
+                EntropyGrad::No,
+                memory,
+            )
+            .unwrap();
+            assert_eq!(out.logprobs.abs().sum(Kind::Float).double_value(&[]), 0.0);
+            head.backward(&out.logprobs.sum(Kind::Float)).unwrap();
+        }
+    }
 }
