@@ -66,7 +66,10 @@ pub fn run(args: Args) -> Result<ExitCode> {
         anyhow::bail!("--rules and --seeds must name at least one rule and one seed");
     }
     if !(args.collapse_margin >= 0.0) {
-        anyhow::bail!("--collapse-margin must be >= 0, got {}", args.collapse_margin);
+        anyhow::bail!(
+            "--collapse-margin must be >= 0, got {}",
+            args.collapse_margin
+        );
     }
     let tasks = if args.tasks.is_empty() {
         vec![base_task_spec(&base)]
@@ -127,7 +130,13 @@ fn base_task_spec(cfg: &fulcrum_train::Config) -> String {
 }
 
 /// Runs every unfinished cell: per task and seed, the shared warm-up first, then the rules.
-fn run_grid(cells: &[Cell], tasks: &[String], seeds: &[u64], out: &Path, quiet: bool) -> Result<()> {
+fn run_grid(
+    cells: &[Cell],
+    tasks: &[String],
+    seeds: &[u64],
+    out: &Path,
+    quiet: bool,
+) -> Result<()> {
     let states: Vec<CellState> = cells.iter().map(grid::state).collect::<Result<_>>()?;
     let done = states.iter().filter(|s| **s == CellState::Done).count();
     let pending: Vec<(&Cell, CellState)> = cells
@@ -142,7 +151,10 @@ fn run_grid(cells: &[Cell], tasks: &[String], seeds: &[u64], out: &Path, quiet: 
     pb.set_length(total);
     pb.set_prefix("grid");
     if done > 0 {
-        pb.println(format!("fulcrum: {done} of {} runs already finished: skipped", cells.len()));
+        pb.println(format!(
+            "fulcrum: {done} of {} runs already finished: skipped",
+            cells.len()
+        ));
     }
     let mut base = 0u64;
     let n = pending.len();
@@ -181,7 +193,11 @@ fn run_grid(cells: &[Cell], tasks: &[String], seeds: &[u64], out: &Path, quiet: 
                 None
             };
             for (cell, state) in todo {
-                let k = pending.iter().position(|(c, _)| c.dir() == cell.dir()).unwrap_or(0) + 1;
+                let k = pending
+                    .iter()
+                    .position(|(c, _)| c.dir() == cell.dir())
+                    .unwrap_or(0)
+                    + 1;
                 let label = format!("[{k}/{n}] {} {} seed {}", cell.task, cell.rule, cell.seed);
                 let mut reused: Option<PathBuf> = None;
                 let mut trained_own = false;
@@ -210,7 +226,8 @@ fn run_grid(cells: &[Cell], tasks: &[String], seeds: &[u64], out: &Path, quiet: 
                     anyhow::bail!(
                         "{} did not start from the shared warm-up {}",
                         cell.dir().display(),
-                        warm.as_deref().map_or("-".into(), |w| w.display().to_string())
+                        warm.as_deref()
+                            .map_or("-".into(), |w| w.display().to_string())
                     );
                 }
                 base += cell.config.steps;

@@ -53,15 +53,23 @@ impl RunData {
         for (i, m) in read_jsonl(&eval_path)?.iter().enumerate() {
             let field = |k: &str| {
                 m.get(k).and_then(Value::as_f64).with_context(|| {
-                    format!("{}:{}: {k}: missing or not a number", eval_path.display(), i + 1)
+                    format!(
+                        "{}:{}: {k}: missing or not a number",
+                        eval_path.display(),
+                        i + 1
+                    )
                 })
             };
             evals.push((field("step")? as u64, field("accuracy")?));
         }
         let sp = dir.join("summary.json");
         let summary = if sp.exists() {
-            let text = fs::read_to_string(&sp).with_context(|| format!("reading {}", sp.display()))?;
-            Some(serde_json::from_str(&text).with_context(|| format!("{}: not JSON", sp.display()))?)
+            let text =
+                fs::read_to_string(&sp).with_context(|| format!("reading {}", sp.display()))?;
+            Some(
+                serde_json::from_str(&text)
+                    .with_context(|| format!("{}: not JSON", sp.display()))?,
+            )
         } else {
             None
         };

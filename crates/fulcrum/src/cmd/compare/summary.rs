@@ -112,10 +112,7 @@ pub fn run_stats(task: &str, run: &RunData, th: &Thresholds) -> RunStats {
     let reward_spread = stats::std_sample(&rewards[rewards.len().saturating_sub(window)..]);
     let grads = run.values("grad/norm");
     let grad_spikes = stats::median(&grads).map_or(0, |med| {
-        grads
-            .iter()
-            .filter(|g| **g > th.spike_factor * med)
-            .count()
+        grads.iter().filter(|g| **g > th.spike_factor * med).count()
     });
     let auc_points: Vec<(f64, f64)> = run.evals.iter().map(|(s, a)| (*s as f64, *a)).collect();
     let mean_of = |k: &str| stats::mean(&run.values(k));
@@ -347,9 +344,16 @@ pub fn table(s: &Summary) -> String {
             num(g.mass_ratio, 2),
         ));
     }
-    if s.contrasts.iter().any(|c| !c.final_accuracy_diff.is_empty()) {
-        out.push_str("\nPaired final-accuracy differences (same seed, same warm-up), mean ± 95% CI:\n\n");
-        out.push_str("| task | len CV | ± gap | rel. gap | token − seq | ba − token | ba − seq |\n");
+    if s.contrasts
+        .iter()
+        .any(|c| !c.final_accuracy_diff.is_empty())
+    {
+        out.push_str(
+            "\nPaired final-accuracy differences (same seed, same warm-up), mean ± 95% CI:\n\n",
+        );
+        out.push_str(
+            "| task | len CV | ± gap | rel. gap | token − seq | ba − token | ba − seq |\n",
+        );
         out.push_str("|---|---|---|---|---|---|---|\n");
         for c in &s.contrasts {
             let d = |k: &str| pm(&c.final_accuracy_diff.get(k).copied(), 3);

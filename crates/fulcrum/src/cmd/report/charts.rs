@@ -54,7 +54,11 @@ fn padded(lo: f64, hi: f64) -> (f64, f64) {
         return (0.0, 1.0);
     }
     let span = hi - lo;
-    let pad = if span > 0.0 { 0.05 * span } else { lo.abs().max(1.0) * 0.05 };
+    let pad = if span > 0.0 {
+        0.05 * span
+    } else {
+        lo.abs().max(1.0) * 0.05
+    };
     (lo - pad, hi + pad)
 }
 
@@ -63,7 +67,13 @@ fn area(path: &Path) -> DrawingArea<BitMapBackend<'_>, Shift> {
 }
 
 /// A line chart over steps. Returns false (and writes nothing) when no series has a point.
-pub fn lines(path: &Path, title: &str, x_label: &str, y_label: &str, series: &[Series]) -> Result<bool> {
+pub fn lines(
+    path: &Path,
+    title: &str,
+    x_label: &str,
+    y_label: &str,
+    series: &[Series],
+) -> Result<bool> {
     let xs = series.iter().flat_map(|s| s.points.iter().map(|p| p.0));
     let ys = series.iter().flat_map(|s| {
         s.points
@@ -71,12 +81,20 @@ pub fn lines(path: &Path, title: &str, x_label: &str, y_label: &str, series: &[S
             .map(|p| p.1)
             .chain(s.band.iter().flat_map(|b| [b.1, b.2]))
     });
-    let (x0, x1) = xs.fold((f64::INFINITY, f64::NEG_INFINITY), |a, x| (a.0.min(x), a.1.max(x)));
-    let (y0, y1) = ys.fold((f64::INFINITY, f64::NEG_INFINITY), |a, y| (a.0.min(y), a.1.max(y)));
+    let (x0, x1) = xs.fold((f64::INFINITY, f64::NEG_INFINITY), |a, x| {
+        (a.0.min(x), a.1.max(x))
+    });
+    let (y0, y1) = ys.fold((f64::INFINITY, f64::NEG_INFINITY), |a, y| {
+        (a.0.min(y), a.1.max(y))
+    });
     if !x0.is_finite() {
         return Ok(false);
     }
-    let (x0, x1) = if x1 > x0 { (x0, x1) } else { (x0 - 1.0, x1 + 1.0) };
+    let (x0, x1) = if x1 > x0 {
+        (x0, x1)
+    } else {
+        (x0 - 1.0, x1 + 1.0)
+    };
     let (y0, y1) = padded(y0, y1);
     let err = plot_err(path);
     let root = area(path);
@@ -101,12 +119,21 @@ pub fn lines(path: &Path, title: &str, x_label: &str, y_label: &str, series: &[S
         let mut poly: Vec<(f64, f64)> = s.band.iter().map(|b| (b.0, b.2)).collect();
         poly.extend(s.band.iter().rev().map(|b| (b.0, b.1)));
         chart
-            .draw_series(std::iter::once(Polygon::new(poly, s.color.mix(0.18).filled())))
+            .draw_series(std::iter::once(Polygon::new(
+                poly,
+                s.color.mix(0.18).filled(),
+            )))
             .map_err(&err)?;
     }
     for s in series.iter().filter(|s| !s.points.is_empty()) {
         let (color, width) = (s.color, if s.dash == Dash::Thin { 1 } else { 2 });
         let style = color.stroke_width(width);
+        if s.points.len() == 1 {
+            // A line through one point draws nothing: mark it.
+            chart
+                .draw_series(s.points.iter().map(|p| Circle::new(*p, 3, color.filled())))
+                .map_err(&err)?;
+        }
         let drawn = match s.dash {
             Dash::Dashed => chart
                 .draw_series(DashedLineSeries::new(s.points.clone(), 6, 4, style))
@@ -115,11 +142,6 @@ pub fn lines(path: &Path, title: &str, x_label: &str, y_label: &str, series: &[S
                 .draw_series(LineSeries::new(s.points.clone(), style))
                 .map_err(&err)?,
         };
-        if s.points.len() == 1 {
-            chart
-                .draw_series(s.points.iter().map(|p| Circle::new(*p, 3, color.filled())))
-                .map_err(&err)?;
-        }
         let dash = s.dash;
         drawn.label(s.label.clone()).legend(move |(x, y)| {
             let pts = if dash == Dash::Dashed {
@@ -164,7 +186,12 @@ pub fn scatter(
         return Ok(false);
     }
     let fold = |f: &dyn Fn(&Point) -> [f64; 2]| {
-        points.iter().flat_map(f).fold((f64::INFINITY, f64::NEG_INFINITY), |a, v| (a.0.min(v), a.1.max(v)))
+        points
+            .iter()
+            .flat_map(f)
+            .fold((f64::INFINITY, f64::NEG_INFINITY), |a, v| {
+                (a.0.min(v), a.1.max(v))
+            })
     };
     let (x0, x1) = padded(fold(&|p| [p.x, p.x]).0, fold(&|p| [p.x, p.x]).1);
     let (y0, y1) = fold(&|p| {
@@ -193,23 +220,37 @@ pub fn scatter(
         .map_err(&err)?;
     let zero = RGBColor(150, 150, 150);
     chart
-        .draw_series(LineSeries::new([(x0, 0.0), (x1, 0.0)], zero.stroke_width(1)))
+        .draw_series(LineSeries::new(
+            [(x0, 0.0), (x1, 0.0)],
+            zero.stroke_width(1),
+        ))
         .map_err(&err)?;
     let blue = RGBColor(31, 119, 180);
     chart
         .draw_series(points.iter().filter_map(|p| {
             let e = p.err?;
-            Some(PathElement::new([(p.x, p.y - e), (p.x, p.y + e)], blue.stroke_width(1)))
+            Some(PathElement::new(
+                [(p.x, p.y - e), (p.x, p.y + e)],
+                blue.stroke_width(1),
+            ))
         }))
         .map_err(&err)?;
     chart
-        .draw_series(points.iter().map(|p| Circle::new((p.x, p.y), 5, blue.filled())))
+        .draw_series(
+            points
+                .iter()
+                .map(|p| Circle::new((p.x, p.y), 5, blue.filled())),
+        )
         .map_err(&err)?
         .label("setting (mean, 95% CI over seeds)")
         .legend(move |(x, y)| Circle::new((x + 10, y), 5, blue.filled()));
     chart
         .draw_series(points.iter().map(|p| {
-            Text::new(p.label.clone(), (p.x, p.y), (FAMILY, 13).into_font().color(&BLACK))
+            Text::new(
+                p.label.clone(),
+                (p.x, p.y),
+                (FAMILY, 13).into_font().color(&BLACK),
+            )
         }))
         .map_err(&err)?;
     if let Some((a, b, r2)) = fit {

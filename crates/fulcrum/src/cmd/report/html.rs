@@ -14,7 +14,10 @@ pub struct Section {
 }
 
 fn esc(s: &str) -> String {
-    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
 }
 
 /// The Markdown that `compare` writes (pipe tables, `- ` items, paragraphs) as HTML, so that the
@@ -32,7 +35,10 @@ fn markdown_to_html(md: &str) -> String {
                 header = true;
             }
             let cells: Vec<&str> = t.trim_matches('|').split('|').map(str::trim).collect();
-            if cells.iter().all(|c| c.chars().all(|ch| ch == '-' || ch == ':')) {
+            if cells
+                .iter()
+                .all(|c| c.chars().all(|ch| ch == '-' || ch == ':'))
+            {
                 continue;
             }
             let tag = if header { "th" } else { "td" };
@@ -82,7 +88,8 @@ pub fn page(source: &Path, table_md: &str, sections: &[Section]) -> Result<Strin
             h.push_str(&format!("<div>{}</div>\n", esc(n)));
         }
         for (title, path) in &s.images {
-            let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+            let bytes =
+                std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
             let b64 = base64::engine::general_purpose::STANDARD.encode(bytes);
             h.push_str(&format!(
                 "<figure><img alt=\"{0}\" src=\"data:image/png;base64,{b64}\"><figcaption>{0}</figcaption></figure>\n",

@@ -52,7 +52,11 @@ struct Source {
 fn strings(v: &Value, key: &str, file: &Path) -> Result<Vec<String>> {
     v.get(key)
         .and_then(Value::as_array)
-        .map(|a| a.iter().filter_map(|x| x.as_str().map(String::from)).collect())
+        .map(|a| {
+            a.iter()
+                .filter_map(|x| x.as_str().map(String::from))
+                .collect()
+        })
         .with_context(|| format!("{}: {key}: missing or not a list", file.display()))
 }
 
@@ -61,16 +65,33 @@ impl Source {
         let manifest = dir.join("compare.json");
         if !manifest.exists() {
             let run = RunData::load(dir).with_context(|| {
-                format!("{} is neither a run directory nor a comparison (no compare.json)", dir.display())
+                format!(
+                    "{} is neither a run directory nor a comparison (no compare.json)",
+                    dir.display()
+                )
             })?;
             let task = run_task_spec(&run);
             let stats = summary::run_stats(&task, &run, &Thresholds::default());
             let rule = run.rule().to_string();
-            let s = summary::summarise(&[task.clone()], &[rule.clone()], &[run.config.seed], vec![stats], Thresholds::default());
-            return Ok(Source { is_compare: false, tasks: vec![task.clone()], rules: vec![rule], runs: vec![(task, run)], summary: s });
+            let s = summary::summarise(
+                &[task.clone()],
+                &[rule.clone()],
+                &[run.config.seed],
+                vec![stats],
+                Thresholds::default(),
+            );
+            return Ok(Source {
+                is_compare: false,
+                tasks: vec![task.clone()],
+                rules: vec![rule],
+                runs: vec![(task, run)],
+                summary: s,
+            });
         }
-        let text = fs::read_to_string(&manifest).with_context(|| format!("reading {}", manifest.display()))?;
-        let m: Value = serde_json::from_str(&text).with_context(|| format!("{}: not JSON", manifest.display()))?;
+        let text = fs::read_to_string(&manifest)
+            .with_context(|| format!("reading {}", manifest.display()))?;
+        let m: Value = serde_json::from_str(&text)
+            .with_context(|| format!("{}: not JSON", manifest.display()))?;
         let tasks = strings(&m, "tasks", &manifest)?;
         let rules = strings(&m, "rules", &manifest)?;
         let seeds: Vec<u64> = m
@@ -102,21 +123,40 @@ impl Source {
             anyhow::bail!("{}: the comparison has no runs yet", dir.display());
         }
         let s = summary::summarise(&tasks, &rules, &seeds, stats, th);
-        Ok(Source { is_compare: true, tasks, rules, runs, summary: s })
+        Ok(Source {
+            is_compare: true,
+            tasks,
+            rules,
+            runs,
+            summary: s,
+        })
     }
 
-    fn runs_of<'a>(&'a self, task: &'a str, rule: &'a str) -> impl Iterator<Item = &'a RunData> + 'a {
-        self.runs.iter().filter(move |(t, r)| t == task && r.rule() == rule).map(|(_, r)| r)
+    fn runs_of<'a>(
+        &'a self,
+        task: &'a str,
+        rule: &'a str,
+    ) -> impl Iterator<Item = &'a RunData> + 'a {
+        self.runs
+            .iter()
+            .filter(move |(t, r)| t == task && r.rule() == rule)
+            .map(|(_, r)| r)
     }
 }
 
 fn run_task_spec(run: &RunData) -> String {
     let t = &run.config.task;
-    format!("{}:difficulty={},length={},mistake_rate={}", t.name, t.difficulty, t.length, t.mistake_rate)
+    format!(
+        "{}:difficulty={},length={},mistake_rate={}",
+        t.name, t.difficulty, t.length, t.mistake_rate
+    )
 }
 
 /// Mean over runs at each step, with the min-max band when there are several runs.
-fn over_seeds<'a>(runs: impl Iterator<Item = &'a RunData>, f: impl Fn(&RunData) -> Vec<(f64, f64)>) -> (Vec<(f64, f64)>, Vec<(f64, f64, f64)>) {
+fn over_seeds<'a>(
+    runs: impl Iterator<Item = &'a RunData>,
+    f: impl Fn(&RunData) -> Vec<(f64, f64)>,
+) -> (Vec<(f64, f64)>, Vec<(f64, f64, f64)>) {
     let mut by_step: BTreeMap<i64, Vec<f64>> = BTreeMap::new();
     let mut n = 0;
     for r in runs {
@@ -125,7 +165,10 @@ fn over_seeds<'a>(runs: impl Iterator<Item = &'a RunData>, f: impl Fn(&RunData) 
             by_step.entry(x.round() as i64).or_default().push(y);
         }
     }
-    let mean = by_step.iter().map(|(x, v)| (*x as f64, v.iter().sum::<f64>() / v.len() as f64)).collect();
+    let mean = by_step
+        .iter()
+        .map(|(x, v)| (*x as f64, v.iter().sum::<f64>() / v.len() as f64))
+        .collect();
     let band = if n > 1 {
         by_step
             .iter()
@@ -149,7 +192,11 @@ fn evals(r: &RunData) -> Vec<(f64, f64)> {
 fn task_charts(src: &Source, task: &str, out: &Path) -> Result<Vec<(String, PathBuf)>> {
     let label = grid::task_label(task);
     let mut drawn = Vec::new();
-    let band_note = if src.is_compare { " (mean over seeds, band: min-max)" } else { "" };
+    let band_note = if src.is_compare {
+        " (mean over seeds, band: min-max)"
+    } else {
+        ""
+    };
     let mut chart = |name: &str, title: String, y: &str, series: Vec<Series>| -> Result<()> {
         let path = out.join(format!("{label}-{name}.png"));
         if charts::lines(&path, &title, "GRPO step", y, &series)? {
@@ -162,36 +209,84 @@ fn task_charts(src: &Source, task: &str, out: &Path) -> Result<Vec<(String, Path
             .iter()
             .map(|rule| {
                 let (points, band) = over_seeds(src.runs_of(task, rule), |r| r.series(key));
-                Series { label: rule.clone(), color: charts::rule_color(rule), dash: Dash::Solid, points, band }
+                Series {
+                    label: rule.clone(),
+                    color: charts::rule_color(rule),
+                    dash: Dash::Solid,
+                    points,
+                    band,
+                }
             })
             .collect()
     };
-    chart("reward", format!("Mean reward per step{band_note}"), "reward", per_rule("reward/mean"))?;
+    chart(
+        "reward",
+        format!("Mean reward per step{band_note}"),
+        "reward",
+        per_rule("reward/mean"),
+    )?;
     let acc: Vec<Series> = src
         .rules
         .iter()
         .map(|rule| {
             let (points, band) = over_seeds(src.runs_of(task, rule), evals);
-            Series { label: rule.clone(), color: charts::rule_color(rule), dash: Dash::Solid, points, band }
+            Series {
+                label: rule.clone(),
+                color: charts::rule_color(rule),
+                dash: Dash::Solid,
+                points,
+                band,
+            }
         })
         .collect();
-    chart("accuracy", format!("Held-out accuracy (step 0: after SFT){band_note}"), "accuracy", acc)?;
+    chart(
+        "accuracy",
+        format!("Held-out accuracy (step 0: after SFT){band_note}"),
+        "accuracy",
+        acc,
+    )?;
     let mut len = Vec::new();
     for rule in &src.rules {
-        for (key, side, dash) in [("len/pos_mean", "+ (A>0)", Dash::Solid), ("len/neg_mean", "- (A<0)", Dash::Dashed), ("len/mean", "all", Dash::Thin)] {
+        for (key, side, dash) in [
+            ("len/pos_mean", "+ (A>0)", Dash::Solid),
+            ("len/neg_mean", "- (A<0)", Dash::Dashed),
+            ("len/mean", "all", Dash::Thin),
+        ] {
             let (points, _) = over_seeds(src.runs_of(task, rule), |r| r.series(key));
-            len.push(Series { label: format!("{rule} {side}"), color: charts::rule_color(rule), dash, points, band: Vec::new() });
+            len.push(Series {
+                label: format!("{rule} {side}"),
+                color: charts::rule_color(rule),
+                dash,
+                points,
+                band: Vec::new(),
+            });
         }
     }
-    chart("length", "Response length: positive, negative, all (mean over seeds)".into(), "tokens", len)?;
-    chart("gap", format!("± length gap L- − L+ (mixed groups){band_note}"), "tokens", per_rule("len/gap"))?;
+    chart(
+        "length",
+        "Response length: positive, negative, all (mean over seeds)".into(),
+        "tokens",
+        len,
+    )?;
+    chart(
+        "gap",
+        format!("± length gap L- − L+ (mixed groups){band_note}"),
+        "tokens",
+        per_rule("len/gap"),
+    )?;
     let mass: Vec<Series> = if src.is_compare {
         src.rules
             .iter()
             .map(|rule| {
                 let key = format!("mass_ratio/{rule}");
                 let (points, band) = over_seeds(src.runs_of(task, rule), |r| r.series(&key));
-                Series { label: rule.clone(), color: charts::rule_color(rule), dash: Dash::Solid, points, band }
+                Series {
+                    label: rule.clone(),
+                    color: charts::rule_color(rule),
+                    dash: Dash::Solid,
+                    points,
+                    band,
+                }
             })
             .collect()
     } else {
@@ -201,15 +296,45 @@ fn task_charts(src: &Source, task: &str, out: &Path) -> Result<Vec<(String, Path
             .map(|rule| {
                 let key = format!("mass_ratio/{}", rule.name());
                 let (points, _) = over_seeds(src.runs.iter().map(|r| &r.1), |r| r.series(&key));
-                Series { label: rule.name().into(), color: charts::rule_color(rule.name()), dash: Dash::Solid, points, band: Vec::new() }
+                Series {
+                    label: rule.name().into(),
+                    color: charts::rule_color(rule.name()),
+                    dash: Dash::Solid,
+                    points,
+                    band: Vec::new(),
+                }
             })
             .collect()
     };
-    let mass_title = if src.is_compare { "Mass ratio +/- of each rule in its own runs" } else { "Mass ratio +/- every rule gives this run's batches" };
-    chart("mass-ratio", mass_title.into(), "positive / negative mass", mass)?;
-    chart("entropy", format!("Policy entropy{band_note}"), "nats per token", per_rule("entropy/mean"))?;
-    chart("grad-norm", format!("Gradient norm before clipping{band_note}"), "L2 norm", per_rule("grad/norm"))?;
-    chart("clip-frac", format!("Clipped token fraction{band_note}"), "fraction", per_rule("clip/frac"))?;
+    let mass_title = if src.is_compare {
+        "Mass ratio +/- of each rule in its own runs"
+    } else {
+        "Mass ratio +/- every rule gives this run's batches"
+    };
+    chart(
+        "mass-ratio",
+        mass_title.into(),
+        "positive / negative mass",
+        mass,
+    )?;
+    chart(
+        "entropy",
+        format!("Policy entropy{band_note}"),
+        "nats per token",
+        per_rule("entropy/mean"),
+    )?;
+    chart(
+        "grad-norm",
+        format!("Gradient norm before clipping{band_note}"),
+        "L2 norm",
+        per_rule("grad/norm"),
+    )?;
+    chart(
+        "clip-frac",
+        format!("Clipped token fraction{band_note}"),
+        "fraction",
+        per_rule("clip/frac"),
+    )?;
     Ok(drawn)
 }
 
@@ -217,8 +342,16 @@ fn task_charts(src: &Source, task: &str, out: &Path) -> Result<Vec<(String, Path
 fn study_charts(s: &Summary, out: &Path) -> Result<Vec<(String, PathBuf)>> {
     let mut drawn = Vec::new();
     for (x, x_label, file) in [
-        ("len_cv", "within-group length CV (mean over steps and runs)", "study-cv.png"),
-        ("len_gap_rel", "relative ± length gap (L- − L+) / L (mean over steps and runs)", "study-gap.png"),
+        (
+            "len_cv",
+            "within-group length CV (mean over steps and runs)",
+            "study-cv.png",
+        ),
+        (
+            "len_gap_rel",
+            "relative ± length gap (L- − L+) / L (mean over steps and runs)",
+            "study-gap.png",
+        ),
     ] {
         let points: Vec<charts::Point> = s
             .contrasts
@@ -226,8 +359,17 @@ fn study_charts(s: &Summary, out: &Path) -> Result<Vec<(String, PathBuf)>> {
             .enumerate()
             .filter_map(|(i, c)| {
                 let d = c.final_accuracy_diff.get("token-seq")?;
-                let xv = if x == "len_cv" { c.len_cv? } else { c.len_gap_rel? };
-                Some(charts::Point { label: format!(" S{}", i + 1), x: xv, y: d.mean, err: d.ci95 })
+                let xv = if x == "len_cv" {
+                    c.len_cv?
+                } else {
+                    c.len_gap_rel?
+                };
+                Some(charts::Point {
+                    label: format!(" S{}", i + 1),
+                    x: xv,
+                    y: d.mean,
+                    err: d.ci95,
+                })
             })
             .collect();
         if points.len() < 2 {
@@ -238,9 +380,19 @@ fn study_charts(s: &Summary, out: &Path) -> Result<Vec<(String, PathBuf)>> {
             .iter()
             .find(|r| r.x == [x])
             .map(|r| (r.fit.intercept, r.fit.slopes[0], r.fit.r2));
-        let title = format!("Final accuracy token − seq vs {}", if x == "len_cv" { "length CV" } else { "± gap" });
+        let title = format!(
+            "Final accuracy token − seq vs {}",
+            if x == "len_cv" { "length CV" } else { "± gap" }
+        );
         let path = out.join(file);
-        if charts::scatter(&path, &title, x_label, "token − seq (held-out accuracy)", &points, fit)? {
+        if charts::scatter(
+            &path,
+            &title,
+            x_label,
+            "token − seq (held-out accuracy)",
+            &points,
+            fit,
+        )? {
             drawn.push((title, path));
         }
     }
@@ -256,13 +408,27 @@ pub fn run(args: Args) -> Result<ExitCode> {
     if src.is_compare {
         let study = study_charts(&src.summary, &out)?;
         if !study.is_empty() {
-            let legend = src.summary.tasks.iter().enumerate().map(|(i, t)| format!("S{} = {t}", i + 1)).collect();
-            sections.push(html::Section { heading: "token − seq against the length diagnostics".into(), notes: legend, images: study });
+            let legend = src
+                .summary
+                .tasks
+                .iter()
+                .enumerate()
+                .map(|(i, t)| format!("S{} = {t}", i + 1))
+                .collect();
+            sections.push(html::Section {
+                heading: "token − seq against the length diagnostics".into(),
+                notes: legend,
+                images: study,
+            });
         }
     }
     for task in &src.tasks {
         let images = task_charts(&src, task, &out)?;
-        sections.push(html::Section { heading: format!("Task {task}"), notes: Vec::new(), images });
+        sections.push(html::Section {
+            heading: format!("Task {task}"),
+            notes: Vec::new(),
+            images,
+        });
     }
     let page = html::page(&args.dir, &summary::table(&src.summary), &sections)?;
     let index = out.join("index.html");
