@@ -83,7 +83,7 @@ pub fn task_label(spec: &str) -> String {
     let mut out = String::new();
     for c in spec.chars() {
         match c {
-            'a'..='z' | 'A'..='Z' | '0'..='9' | '.' | '=' | '_' => out.push(c),
+            'a'..='z' | 'A'..='Z' | '0'..='9' | '.' | '=' | '_' | '-' => out.push(c),
             ':' | ',' => out.push('-'),
             _ => out.push('_'),
         }

@@ -65,7 +65,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
     if args.rules.is_empty() || args.seeds == 0 {
         anyhow::bail!("--rules and --seeds must name at least one rule and one seed");
     }
-    if !(args.collapse_margin >= 0.0) {
+    if args.collapse_margin.is_nan() || args.collapse_margin < 0.0 {
         anyhow::bail!(
             "--collapse-margin must be >= 0, got {}",
             args.collapse_margin
@@ -151,10 +151,13 @@ fn run_grid(
     pb.set_length(total);
     pb.set_prefix("grid");
     if done > 0 {
-        pb.println(format!(
-            "fulcrum: {done} of {} runs already finished: skipped",
-            cells.len()
-        ));
+        say(
+            &pb,
+            format!(
+                "fulcrum: {done} of {} runs already finished: skipped",
+                cells.len()
+            ),
+        );
     }
     let mut base = 0u64;
     let n = pending.len();
@@ -183,11 +186,14 @@ fn run_grid(
                     .with_context(|| format!("SFT warm-up of {task}, seed {seed}"))?;
                 base += sft_total;
                 pb.set_position(base);
-                pb.println(format!(
-                    "{task} seed {seed}: warm-up {} (held-out accuracy {})",
-                    dir.display(),
-                    acc.map_or("-".into(), |a| format!("{a:.3}"))
-                ));
+                say(
+                    &pb,
+                    format!(
+                        "{task} seed {seed}: warm-up {} (held-out accuracy {})",
+                        dir.display(),
+                        acc.map_or("-".into(), |a| format!("{a:.3}"))
+                    ),
+                );
                 Some(dir)
             } else {
                 None
@@ -232,13 +238,26 @@ fn run_grid(
                 }
                 base += cell.config.steps;
                 pb.set_position(base);
-                pb.println(format!(
-                    "{label}: held-out accuracy {:.3} after {} steps ({:.0} s)",
-                    summary.final_accuracy, summary.steps, summary.wall_seconds
-                ));
+                say(
+                    &pb,
+                    format!(
+                        "{label}: held-out accuracy {:.3} after {} steps ({:.0} s)",
+                        summary.final_accuracy, summary.steps, summary.wall_seconds
+                    ),
+                );
             }
         }
     }
     pb.finish_and_clear();
     Ok(())
+}
+
+/// A log line on stderr: above the bar when one is drawn, plainly otherwise (indicatif drops
+/// `println` on a hidden bar, and the lines matter most in logs and with `--quiet`).
+fn say(pb: &indicatif::ProgressBar, line: String) {
+    if pb.is_hidden() {
+        eprintln!("{line}");
+    } else {
+        pb.println(line);
+    }
 }

@@ -74,8 +74,8 @@ impl Source {
             let stats = summary::run_stats(&task, &run, &Thresholds::default());
             let rule = run.rule().to_string();
             let s = summary::summarise(
-                &[task.clone()],
-                &[rule.clone()],
+                std::slice::from_ref(&task),
+                std::slice::from_ref(&rule),
                 &[run.config.seed],
                 vec![stats],
                 Thresholds::default(),
@@ -152,11 +152,14 @@ fn run_task_spec(run: &RunData) -> String {
     )
 }
 
+/// `(x, low, high)` of a shaded band.
+type Band = (f64, f64, f64);
+
 /// Mean over runs at each step, with the min-max band when there are several runs.
 fn over_seeds<'a>(
     runs: impl Iterator<Item = &'a RunData>,
     f: impl Fn(&RunData) -> Vec<(f64, f64)>,
-) -> (Vec<(f64, f64)>, Vec<(f64, f64, f64)>) {
+) -> (Vec<(f64, f64)>, Vec<Band>) {
     let mut by_step: BTreeMap<i64, Vec<f64>> = BTreeMap::new();
     let mut n = 0;
     for r in runs {
