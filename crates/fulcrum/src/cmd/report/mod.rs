@@ -41,6 +41,8 @@ pub struct Args {
 
 /// The runs to draw, by task, and their summary.
 struct Source {
+    /// Comparison runs started but not finished (left out of charts and table).
+    unfinished: Vec<String>,
     /// A comparison (several rules per task) or one run.
     is_compare: bool,
     tasks: Vec<String>,
@@ -81,6 +83,7 @@ impl Source {
                 Thresholds::default(),
             );
             return Ok(Source {
+                unfinished: Vec::new(),
                 is_compare: false,
                 tasks: vec![task.clone()],
                 rules: vec![rule],
@@ -107,11 +110,15 @@ impl Source {
             .unwrap_or_default();
         let mut runs = Vec::new();
         let mut stats = Vec::new();
+        let mut unfinished = Vec::new();
         for task in &tasks {
             for rule in &rules {
                 for seed in &seeds {
                     let d = grid::task_dir(dir, task).join(format!("{rule}-seed{seed}"));
-                    if d.join("metrics.jsonl").exists() {
+                    // Only finished runs: a run cut short would be compared over fewer steps.
+                    if d.join("metrics.jsonl").exists() && !d.join("summary.json").exists() {
+                        unfinished.push(d.display().to_string());
+                    } else if d.join("summary.json").exists() {
                         let run = RunData::load(&d)?;
                         stats.push(summary::run_stats(task, &run, &th));
                         runs.push((task.clone(), run));
@@ -120,10 +127,11 @@ impl Source {
             }
         }
         if runs.is_empty() {
-            anyhow::bail!("{}: the comparison has no runs yet", dir.display());
+            anyhow::bail!("{}: the comparison has no finished runs yet", dir.display());
         }
         let s = summary::summarise(&tasks, &rules, &seeds, stats, th);
         Ok(Source {
+            unfinished,
             is_compare: true,
             tasks,
             rules,
@@ -425,7 +433,18 @@ pub fn run(args: Args) -> Result<ExitCode> {
             });
         }
     }
-    for task in &src.tasks {
+    if !src.unfinished.is_empty() {
+        sections.push(html::Section {
+            heading: "Unfinished runs (left out)".into(),
+            notes: src.unfinished.clone(),
+            images: Vec::new(),
+        });
+    }
+    for task in src
+        .tasks
+        .iter()
+        .filter(|t| src.runs.iter().any(|(rt, _)| rt == *t))
+    {
         let images = task_charts(&src, task, &out)?;
         sections.push(html::Section {
             heading: format!("Task {task}"),
