@@ -144,7 +144,13 @@ fn run_grid(
         .zip(states)
         .filter(|(_, s)| *s != CellState::Done)
         .collect();
-    let warmups = tasks.len() * seeds.len();
+    // Warm-ups still to visit: one per task and seed with an unfinished cell.
+    let mut keys: Vec<(&str, u64)> = pending
+        .iter()
+        .map(|(c, _)| (c.task.as_str(), c.seed))
+        .collect();
+    keys.dedup();
+    let warmups = keys.len();
     let total: u64 = pending.iter().map(|(c, _)| c.config.steps).sum::<u64>()
         + pending.first().map_or(0, |(c, _)| c.config.sft.steps) * warmups as u64;
     let pb = super::train::bar(quiet);

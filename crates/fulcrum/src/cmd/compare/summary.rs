@@ -111,7 +111,8 @@ pub fn run_stats(task: &str, run: &RunData, th: &Thresholds) -> RunStats {
     let window = ((rewards.len() as f64 * th.last_frac).ceil() as usize).max(2);
     let reward_spread = stats::std_sample(&rewards[rewards.len().saturating_sub(window)..]);
     let grads = run.values("grad/norm");
-    let grad_spikes = stats::median(&grads).map_or(0, |med| {
+    // A run whose median gradient is 0 (mostly unmixed groups) has no scale to spike against.
+    let grad_spikes = stats::median(&grads).filter(|m| *m > 0.0).map_or(0, |med| {
         grads.iter().filter(|g| **g > th.spike_factor * med).count()
     });
     let auc_points: Vec<(f64, f64)> = run.evals.iter().map(|(s, a)| (*s as f64, *a)).collect();

@@ -452,7 +452,11 @@ pub fn run(args: Args) -> Result<ExitCode> {
             images,
         });
     }
-    let page = html::page(&args.dir, &summary::table(&src.summary), &sections)?;
+    let table = summary::table(&src.summary);
+    // The table as the page shows it (for a partly run comparison, over the finished runs).
+    let md = out.join("summary.md");
+    fs::write(&md, &table).with_context(|| format!("writing {}", md.display()))?;
+    let page = html::page(&args.dir, &table, &sections)?;
     let index = out.join("index.html");
     fs::write(&index, page).with_context(|| format!("writing {}", index.display()))?;
     println!("{}", index.display());
