@@ -23,6 +23,10 @@ struct Cli {
 enum Command {
     /// Tell what each aggregation rule would do to a batch of rollouts (JSONL dump).
     Analyze(cmd::analyze::Args),
+    /// Run a grid of rules x seeds x tasks from shared warm-ups and compare the rules.
+    Compare(cmd::compare::Args),
+    /// Charts and an HTML page for a run or a comparison directory.
+    Report(cmd::report::Args),
     /// Train a policy with GRPO (the main job; no arguments: the built-in CPU demo).
     Train(cmd::train::Args),
     /// Supervised warm-up on a task's demonstrations.
@@ -41,6 +45,8 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Analyze(args) => cmd::analyze::run(args),
+        Command::Compare(args) => cmd::compare::run(args),
+        Command::Report(args) => cmd::report::run(args),
         Command::Train(args) => cmd::train::run(args),
         Command::Sft(args) => cmd::sft::run(args),
         Command::Eval(args) => cmd::eval::run(args),

@@ -1,9 +1,11 @@
 //! One module per subcommand; each exposes `Args` (clap) and `run(Args) -> anyhow::Result<ExitCode>`.
 
 pub mod analyze;
+pub mod compare;
 pub mod convert;
 pub mod eval;
 pub mod generate;
+pub mod report;
 pub mod score;
 pub mod sft;
 pub mod train;

@@ -1,0 +1,231 @@
+//! The grid of a comparison: task specs (as on the command line) x rules x seeds, each cell a
+//! resolved config and a run directory under `OUT/runs/<task>/<rule>-seed<S>`. All runs of a task
+//! share one parent directory, so that they share its `sft-cache/`: the rules of a task and seed
+//! start from the same warm-up checkpoint.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use fulcrum_tasks::TaskConfig;
+use fulcrum_train::Config;
+
+/// Splits `--tasks` values into task specs. A spec's own settings are comma-separated too
+/// (`countdown:difficulty=2,length=0.5`), so a piece of the form `key=value` with no `:` before
+/// the `=` continues the spec before it; any other piece starts a new spec.
+pub fn split_task_specs(values: &[String]) -> Result<Vec<String>> {
+    let mut specs: Vec<String> = Vec::new();
+    for value in values {
+        let mut new_value = true;
+        for piece in value.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let is_setting = match (piece.find('='), piece.find(':')) {
+                (Some(eq), None) => eq > 0,
+                (Some(eq), Some(colon)) => eq < colon,
+                _ => false,
+            };
+            match specs.last_mut() {
+                Some(last) if is_setting && !new_value => {
+                    last.push(if last.contains(':') { ',' } else { ':' });
+                    last.push_str(piece);
+                }
+                _ if is_setting => {
+                    anyhow::bail!("--tasks: {piece:?} is a setting with no task name before it")
+                }
+                _ => specs.push(piece.to_string()),
+            }
+            new_value = false;
+        }
+    }
+    for s in &specs {
+        s.parse::<TaskConfig>()
+            .with_context(|| format!("--tasks: task spec {s:?}"))?;
+    }
+    Ok(specs)
+}
+
+/// The `--set` overrides that turn a config's `[task]` into the spec: its name and the keys it
+/// gives (the config's other task keys stay).
+pub fn task_overrides(spec: &str) -> Vec<String> {
+    let (name, rest) = spec.split_once(':').unwrap_or((spec, ""));
+    let mut out = vec![format!("task.name={}", toml_string(name.trim()))];
+    for kv in rest.split(',').filter(|kv| !kv.trim().is_empty()) {
+        if let Some((k, v)) = kv.split_once('=') {
+            let (k, v) = (k.trim(), v.trim());
+            let v = match k {
+                "path" | "reward" => toml_string(v),
+                _ => v.to_string(),
+            };
+            out.push(format!("task.{k}={v}"));
+        }
+    }
+    out
+}
+
+fn toml_string(s: &str) -> String {
+    toml_quote(s)
+}
+
+/// A TOML basic string.
+fn toml_quote(s: &str) -> String {
+    let mut q = String::from("\"");
+    for c in s.chars() {
+        match c {
+            '"' => q.push_str("\\\""),
+            '\\' => q.push_str("\\\\"),
+            c => q.push(c),
+        }
+    }
+    q.push('"');
+    q
+}
+
+/// A file-name-safe label for a task spec (`countdown:difficulty=2` -> `countdown-difficulty=2`).
+pub fn task_label(spec: &str) -> String {
+    let mut out = String::new();
+    for c in spec.chars() {
+        match c {
+            'a'..='z' | 'A'..='Z' | '0'..='9' | '.' | '=' | '_' | '-' => out.push(c),
+            ':' | ',' => out.push('-'),
+            _ => out.push('_'),
+        }
+    }
+    out
+}
+
+/// One run of the grid.
+#[derive(Debug, Clone)]
+pub struct Cell {
+    pub task: String,
+    pub rule: String,
+    pub seed: u64,
+    pub config: Config,
+}
+
+impl Cell {
+    pub fn dir(&self) -> &Path {
+        self.config.run_dir.as_deref().unwrap_or(Path::new("."))
+    }
+}
+
+/// The directory holding the runs of one task.
+pub fn task_dir(out: &Path, spec: &str) -> PathBuf {
+    out.join("runs").join(task_label(spec))
+}
+
+/// Resolves every cell's config: `config` < `--set` < the task spec < rule, seed, steps.
+pub fn plan(
+    config: Option<&Path>,
+    sets: &[String],
+    tasks: &[String],
+    rules: &[String],
+    seeds: &[u64],
+    steps: Option<u64>,
+    out: &Path,
+) -> Result<Vec<Cell>> {
+    let mut cells = Vec::new();
+    for task in tasks {
+        for seed in seeds {
+            for rule in rules {
+                let mut o = sets.to_vec();
+                o.extend(task_overrides(task));
+                o.push(format!("rule={}", toml_quote(rule)));
+                o.push(format!("seed={seed}"));
+                if let Some(n) = steps {
+                    o.push(format!("steps={n}"));
+                }
+                let mut cfg = Config::load(config, &o)
+                    .with_context(|| format!("task {task:?}, rule {rule:?}, seed {seed}"))?;
+                let name = format!("{rule}-seed{seed}");
+                cfg.run_name = format!("{}-{name}", task_label(task));
+                cfg.run_dir = Some(task_dir(out, task).join(name));
+                cells.push(Cell {
+                    task: task.clone(),
+                    rule: rule.clone(),
+                    seed: *seed,
+                    config: cfg,
+                });
+            }
+        }
+    }
+    Ok(cells)
+}
+
+/// Where a cell stands on disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CellState {
+    /// Not started (or stopped before its first step): train from scratch.
+    New,
+    /// Stopped after some steps: resume from its latest checkpoint.
+    Partial,
+    /// `summary.json` written: skipped.
+    Done,
+}
+
+/// The state of `cell`, refusing a directory that holds a run of a different config (a changed
+/// command line pointed at an old `--out`).
+pub fn state(cell: &Cell) -> Result<CellState> {
+    let dir = cell.dir();
+    let cfg_path = dir.join("config.toml");
+    if !dir.join("metrics.jsonl").exists() {
+        return Ok(if dir.join("summary.json").exists() {
+            CellState::Done
+        } else {
+            CellState::New
+        });
+    }
+    let old = Config::load(Some(&cfg_path), &[])
+        .with_context(|| format!("{} holds a run without a readable config", dir.display()))?;
+    if old.to_toml() != cell.config.to_toml() {
+        anyhow::bail!(
+            "{} holds a run with a different config than this command asks for; \
+             use another --out, or the original command to resume it",
+            dir.display()
+        );
+    }
+    Ok(if dir.join("summary.json").exists() {
+        CellState::Done
+    } else {
+        CellState::Partial
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn task_specs_keep_their_own_settings_together() -> Result<()> {
+        let specs = split_task_specs(&[
+            "countdown:difficulty=2,length=0.5,lists,steps:mistake_rate=0.1".into(),
+            "arithmetic".into(),
+        ])?;
+        assert_eq!(
+            specs,
+            [
+                "countdown:difficulty=2,length=0.5",
+                "lists",
+                "steps:mistake_rate=0.1",
+                "arithmetic"
+            ]
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn bad_task_specs_are_errors() {
+        assert!(split_task_specs(&["difficulty=2".into()]).is_err());
+        assert!(split_task_specs(&["lists:colour=red".into()]).is_err());
+    }
+
+    #[test]
+    fn task_overrides_quote_strings() {
+        assert_eq!(
+            task_overrides("jsonl:path=data/my tasks.jsonl,reward=plus-minus"),
+            [
+                "task.name=\"jsonl\"",
+                "task.path=\"data/my tasks.jsonl\"",
+                "task.reward=\"plus-minus\""
+            ]
+        );
+        assert_eq!(task_label("jsonl:path=a/b.jsonl"), "jsonl-path=a_b.jsonl");
+    }
+}

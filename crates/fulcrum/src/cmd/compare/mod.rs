@@ -1,0 +1,269 @@
+//! `fulcrum compare`: the same training under several aggregation rules, seeds and tasks, from
+//! one shared SFT warm-up per task and seed, then the comparison's numbers.
+//!
+//! The grid (tasks x seeds x rules) runs sequentially, each cell a normal run directory under
+//! `OUT/runs/<task>/<rule>-seed<S>`. The warm-up of each task and seed is trained once, into the
+//! task's `sft-cache/`, before its cells; each cell must then report that it reused exactly that
+//! checkpoint, which is what makes the rules start from the same model. Finished cells are
+//! skipped, interrupted ones resumed from their latest checkpoint, so the command can be run
+//! again after a kill. At the end `OUT/summary.json` and `OUT/summary.md` hold the measures of
+//! `summary.rs`; the table also goes to stdout.
+
+pub mod grid;
+pub mod run_data;
+pub mod stats;
+pub mod summary;
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{Context, Result};
+use fulcrum_train::run::{self, Event};
+use serde_json::json;
+
+use grid::{Cell, CellState};
+use run_data::RunData;
+use summary::Thresholds;
+
+/// Flags of `fulcrum compare`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Base config and `--set` overrides (as for `train`); the grid changes task, rule, seed.
+    #[command(flatten)]
+    pub source: super::train::ConfigArgs,
+    /// Aggregation rules to compare (spec names, comma-separated).
+    #[arg(long, value_delimiter = ',', default_value = "token,seq,ba")]
+    pub rules: Vec<String>,
+    /// Number of seeds: the config's seed, seed+1, ...
+    #[arg(long, default_value_t = 3)]
+    pub seeds: u64,
+    /// Task specs, comma-separated (`countdown:difficulty=2,length=0.5,lists,jsonl:path=my.jsonl`)
+    /// [default: the config's task]. A spec sets the config's task name and the keys it gives.
+    #[arg(long)]
+    pub tasks: Vec<String>,
+    /// GRPO steps per run [default: the config's].
+    #[arg(long)]
+    pub steps: Option<u64>,
+    /// Comparison directory.
+    #[arg(long, default_value = "runs/compare")]
+    pub out: PathBuf,
+    /// A step counts as collapsed when held-out accuracy is this far below its best so far.
+    #[arg(long, default_value_t = Thresholds::default().acc_margin)]
+    pub collapse_margin: f64,
+    /// No progress bar (also off when stderr is not a terminal).
+    #[arg(long)]
+    pub quiet: bool,
+}
+
+pub fn run(args: Args) -> Result<ExitCode> {
+    let base = args.source.load()?;
+    for r in &args.rules {
+        r.parse::<fulcrum_core::Rule>()
+            .with_context(|| format!("--rules: {r:?}"))?;
+    }
+    if args.rules.is_empty() || args.seeds == 0 {
+        anyhow::bail!("--rules and --seeds must name at least one rule and one seed");
+    }
+    if args.collapse_margin.is_nan() || args.collapse_margin < 0.0 {
+        anyhow::bail!(
+            "--collapse-margin must be >= 0, got {}",
+            args.collapse_margin
+        );
+    }
+    let tasks = if args.tasks.is_empty() {
+        vec![base_task_spec(&base)]
+    } else {
+        grid::split_task_specs(&args.tasks)?
+    };
+    let seeds: Vec<u64> = (0..args.seeds).map(|k| base.seed + k).collect();
+    let cells = grid::plan(
+        args.source.config.as_deref(),
+        &args.source.set,
+        &tasks,
+        &args.rules,
+        &seeds,
+        args.steps,
+        &args.out,
+    )?;
+    fs::create_dir_all(&args.out).with_context(|| format!("creating {}", args.out.display()))?;
+    let manifest = json!({
+        "config": args.source.config, "set": args.source.set, "tasks": tasks,
+        "rules": args.rules, "seeds": seeds, "steps": args.steps,
+    });
+    let mpath = args.out.join("compare.json");
+    fs::write(&mpath, serde_json::to_string_pretty(&manifest)? + "\n")
+        .with_context(|| format!("writing {}", mpath.display()))?;
+
+    run_grid(&cells, &tasks, &seeds, &args.out, args.quiet)?;
+
+    let th = Thresholds {
+        acc_margin: args.collapse_margin,
+        ..Thresholds::default()
+    };
+    let stats: Vec<_> = cells
+        .iter()
+        .map(|c| RunData::load(c.dir()).map(|d| summary::run_stats(&c.task, &d, &th)))
+        .collect::<Result<_>>()?;
+    let s = summary::summarise(&tasks, &args.rules, &seeds, stats, th);
+    let path = args.out.join("summary.json");
+    fs::write(&path, serde_json::to_string_pretty(&s)? + "\n")
+        .with_context(|| format!("writing {}", path.display()))?;
+    let table = summary::table(&s);
+    let path = args.out.join("summary.md");
+    fs::write(&path, &table).with_context(|| format!("writing {}", path.display()))?;
+    print!("{table}");
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The config's own task as a spec (when `--tasks` is not given).
+fn base_task_spec(cfg: &fulcrum_train::Config) -> String {
+    let t = &cfg.task;
+    let mut s = format!(
+        "{}:difficulty={},length={},mistake_rate={}",
+        t.name, t.difficulty, t.length, t.mistake_rate
+    );
+    if let Some(p) = &t.path {
+        s.push_str(&format!(",path={}", p.display()));
+    }
+    s
+}
+
+/// Runs every unfinished cell: per task and seed, the shared warm-up first, then the rules.
+fn run_grid(
+    cells: &[Cell],
+    tasks: &[String],
+    seeds: &[u64],
+    out: &Path,
+    quiet: bool,
+) -> Result<()> {
+    let states: Vec<CellState> = cells.iter().map(grid::state).collect::<Result<_>>()?;
+    let done = states.iter().filter(|s| **s == CellState::Done).count();
+    let pending: Vec<(&Cell, CellState)> = cells
+        .iter()
+        .zip(states)
+        .filter(|(_, s)| *s != CellState::Done)
+        .collect();
+    // Warm-ups still to visit: one per task and seed with an unfinished cell.
+    let mut keys: Vec<(&str, u64)> = pending
+        .iter()
+        .map(|(c, _)| (c.task.as_str(), c.seed))
+        .collect();
+    keys.dedup();
+    let warmups = keys.len();
+    let total: u64 = pending.iter().map(|(c, _)| c.config.steps).sum::<u64>()
+        + pending.first().map_or(0, |(c, _)| c.config.sft.steps) * warmups as u64;
+    let pb = super::train::bar(quiet);
+    pb.set_length(total);
+    pb.set_prefix("grid");
+    if done > 0 {
+        say(
+            &pb,
+            format!(
+                "fulcrum: {done} of {} runs already finished: skipped",
+                cells.len()
+            ),
+        );
+    }
+    let mut base = 0u64;
+    let n = pending.len();
+    for task in tasks {
+        for seed in seeds {
+            let todo: Vec<&(&Cell, CellState)> = pending
+                .iter()
+                .filter(|(c, _)| &c.task == task && c.seed == *seed)
+                .collect();
+            let Some((first, _)) = todo.first() else {
+                continue;
+            };
+            // The shared warm-up, trained (or found) once, from a directory that never holds a
+            // run but shares the cells' parent and so their sft-cache.
+            let mut wcfg = first.config.clone();
+            wcfg.run_dir = Some(grid::task_dir(out, task).join(format!("warmup-seed{seed}")));
+            let warm = if wcfg.sft.steps > 0 {
+                let sft_total = wcfg.sft.steps;
+                let mut on = |e: Event<'_>| {
+                    if let Event::Sft { step, .. } = e {
+                        pb.set_position(base + step);
+                        pb.set_message(format!("{task} seed {seed}: SFT warm-up"));
+                    }
+                };
+                let (dir, acc) = run::warm_up(&wcfg, &mut on)
+                    .with_context(|| format!("SFT warm-up of {task}, seed {seed}"))?;
+                base += sft_total;
+                pb.set_position(base);
+                say(
+                    &pb,
+                    format!(
+                        "{task} seed {seed}: warm-up {} (held-out accuracy {})",
+                        dir.display(),
+                        acc.map_or("-".into(), |a| format!("{a:.3}"))
+                    ),
+                );
+                Some(dir)
+            } else {
+                None
+            };
+            for (cell, state) in todo {
+                let k = pending
+                    .iter()
+                    .position(|(c, _)| c.dir() == cell.dir())
+                    .unwrap_or(0)
+                    + 1;
+                let label = format!("[{k}/{n}] {} {} seed {}", cell.task, cell.rule, cell.seed);
+                let mut reused: Option<PathBuf> = None;
+                let mut trained_own = false;
+                let mut on = |e: Event<'_>| match e {
+                    Event::Step { step, metrics, .. } => {
+                        pb.set_position(base + step);
+                        let r = metrics.get("reward/mean").and_then(|v| v.as_f64());
+                        pb.set_message(format!(
+                            "{label}: reward {}",
+                            r.map_or("-".into(), |r| format!("{r:.3}"))
+                        ));
+                    }
+                    Event::SftCached { path } => reused = Some(path.to_path_buf()),
+                    Event::Sft { .. } => trained_own = true,
+                    _ => {}
+                };
+                let summary = match state {
+                    CellState::Partial => run::resume(cell.dir(), &mut on)
+                        .with_context(|| format!("resuming {}", cell.dir().display()))?,
+                    _ => run::train(&cell.config, &mut on)
+                        .with_context(|| format!("run {}", cell.dir().display()))?,
+                };
+                // A fresh run must have started from the shared warm-up (a resumed one starts
+                // from its own checkpoint).
+                if *state == CellState::New && warm.is_some() && (trained_own || reused != warm) {
+                    anyhow::bail!(
+                        "{} did not start from the shared warm-up {}",
+                        cell.dir().display(),
+                        warm.as_deref()
+                            .map_or("-".into(), |w| w.display().to_string())
+                    );
+                }
+                base += cell.config.steps;
+                pb.set_position(base);
+                say(
+                    &pb,
+                    format!(
+                        "{label}: held-out accuracy {:.3} after {} steps ({:.0} s)",
+                        summary.final_accuracy, summary.steps, summary.wall_seconds
+                    ),
+                );
+            }
+        }
+    }
+    pb.finish_and_clear();
+    Ok(())
+}
+
+/// A log line on stderr: above the bar when one is drawn, plainly otherwise (indicatif drops
+/// `println` on a hidden bar, and the lines matter most in logs and with `--quiet`).
+fn say(pb: &indicatif::ProgressBar, line: String) {
+    if pb.is_hidden() {
+        eprintln!("{line}");
+    } else {
+        pb.println(line);
+    }
+}

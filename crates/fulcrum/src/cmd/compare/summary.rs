@@ -1,0 +1,394 @@
+//! What a comparison concludes from its runs: per run, the end point (final held-out accuracy,
+//! the area under the accuracy curve), stability (reward spread over the last steps, steps lost
+//! to collapse, skipped steps, gradient-norm spikes) and the length diagnostics; per task and
+//! rule, their mean and 95% confidence interval over seeds; per task, the paired (same seed,
+//! same warm-up) accuracy differences between rules; and across tasks, the linear relation of
+//! `token - seq` to the measured length variation and +/- length gap.
+//!
+//! Definitions (also in the README): a step is *lost to collapse* when its entropy is below
+//! [`Thresholds::entropy_floor`] times the run's first-step entropy, when its mean response
+//! length is above [`Thresholds::len_blowup`] or below [`Thresholds::len_floor`] times the
+//! first-step mean length, or when the latest held-out accuracy is more than
+//! [`Thresholds::acc_margin`] below the best one so far. A gradient-norm spike is a step whose
+//! norm (before clipping) exceeds [`Thresholds::spike_factor`] times the run's median.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::run_data::RunData;
+use super::stats::{self, Fit, MeanCi};
+
+/// The cut-offs of the stability measures (every default in one place).
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+pub struct Thresholds {
+    /// Fraction of the steps, at the end, over which the reward spread is taken.
+    pub last_frac: f64,
+    pub entropy_floor: f64,
+    pub len_blowup: f64,
+    pub len_floor: f64,
+    pub acc_margin: f64,
+    pub spike_factor: f64,
+}
+
+impl Default for Thresholds {
+    fn default() -> Self {
+        Thresholds {
+            last_frac: 0.25,
+            entropy_floor: 0.1,
+            len_blowup: 2.0,
+            len_floor: 0.2,
+            acc_margin: 0.1,
+            spike_factor: 5.0,
+        }
+    }
+}
+
+/// The measures of one run.
+#[derive(Debug, Clone, Serialize)]
+pub struct RunStats {
+    pub task: String,
+    pub rule: String,
+    pub seed: u64,
+    pub dir: String,
+    pub steps: usize,
+    pub sft_accuracy: Option<f64>,
+    pub final_accuracy: Option<f64>,
+    /// Mean held-out accuracy over the run (area under the curve from step 0 / steps).
+    pub accuracy_auc: Option<f64>,
+    /// Sample std of `reward/mean` over the last steps.
+    pub reward_spread: Option<f64>,
+    pub collapse_steps: usize,
+    pub entropy_collapse_steps: usize,
+    pub length_collapse_steps: usize,
+    pub accuracy_drop_steps: usize,
+    pub skipped_steps: usize,
+    pub grad_spikes: usize,
+    /// Means over the run's steps.
+    pub len_cv: Option<f64>,
+    pub len_gap: Option<f64>,
+    pub len_gap_rel: Option<f64>,
+    /// The +/- mass ratio of the run's own rule, mean over steps.
+    pub mass_ratio: Option<f64>,
+    pub wall_seconds: Option<f64>,
+}
+
+pub fn run_stats(task: &str, run: &RunData, th: &Thresholds) -> RunStats {
+    let series = |k: &str| run.series(k);
+    let first = |k: &str| series(k).first().map(|p| p.1);
+    let n = run.steps.len();
+
+    // Collapse, step by step.
+    let (ent0, len0) = (first("entropy/mean"), first("len/mean"));
+    let at = |k: &str, m: &serde_json::Map<String, serde_json::Value>| {
+        m.get(k).and_then(serde_json::Value::as_f64)
+    };
+    let (mut ent_c, mut len_c, mut acc_c, mut any_c) = (0, 0, 0, 0);
+    let (mut best, mut current) = (f64::NEG_INFINITY, None::<f64>);
+    let mut evals = run.evals.iter().peekable();
+    for m in &run.steps {
+        let step = at("step", m).unwrap_or(0.0) as u64;
+        // The held-out accuracy in force at this step: the latest evaluation before it.
+        while let Some((s, a)) = evals.peek() {
+            if *s >= step {
+                break;
+            }
+            best = best.max(*a);
+            current = Some(*a);
+            evals.next();
+        }
+        let e = matches!((at("entropy/mean", m), ent0), (Some(e), Some(e0)) if e < th.entropy_floor * e0);
+        let l = matches!((at("len/mean", m), len0),
+            (Some(l), Some(l0)) if l > th.len_blowup * l0 || l < th.len_floor * l0);
+        let a = current.is_some_and(|c| c < best - th.acc_margin);
+        ent_c += e as usize;
+        len_c += l as usize;
+        acc_c += a as usize;
+        any_c += (e || l || a) as usize;
+    }
+
+    let rewards = run.values("reward/mean");
+    let window = ((rewards.len() as f64 * th.last_frac).ceil() as usize).max(2);
+    let reward_spread = stats::std_sample(&rewards[rewards.len().saturating_sub(window)..]);
+    let grads = run.values("grad/norm");
+    // A run whose median gradient is 0 (mostly unmixed groups) has no scale to spike against.
+    let grad_spikes = stats::median(&grads).filter(|m| *m > 0.0).map_or(0, |med| {
+        grads.iter().filter(|g| **g > th.spike_factor * med).count()
+    });
+    let auc_points: Vec<(f64, f64)> = run.evals.iter().map(|(s, a)| (*s as f64, *a)).collect();
+    let mean_of = |k: &str| stats::mean(&run.values(k));
+    RunStats {
+        task: task.to_string(),
+        rule: run.rule().to_string(),
+        seed: run.config.seed,
+        dir: run.dir.display().to_string(),
+        steps: n,
+        sft_accuracy: run.sft_accuracy(),
+        final_accuracy: run.final_accuracy(),
+        accuracy_auc: stats::normalised_area(&auc_points),
+        reward_spread,
+        collapse_steps: any_c,
+        entropy_collapse_steps: ent_c,
+        length_collapse_steps: len_c,
+        accuracy_drop_steps: acc_c,
+        skipped_steps: run.skipped_steps(),
+        grad_spikes,
+        len_cv: mean_of("len/cv"),
+        len_gap: mean_of("len/gap"),
+        len_gap_rel: mean_of("len/gap_rel"),
+        mass_ratio: mean_of(&format!("mass_ratio/{}", run.rule())),
+        wall_seconds: run
+            .summary
+            .as_ref()
+            .and_then(|s| s.get("wall_seconds"))
+            .and_then(serde_json::Value::as_f64),
+    }
+}
+
+/// One task and rule over its seeds.
+#[derive(Debug, Clone, Serialize)]
+pub struct GroupStats {
+    pub task: String,
+    pub rule: String,
+    pub seeds: usize,
+    pub final_accuracy: Option<MeanCi>,
+    pub accuracy_auc: Option<MeanCi>,
+    pub reward_spread: Option<MeanCi>,
+    /// Totals over the seeds.
+    pub collapse_steps: usize,
+    pub skipped_steps: usize,
+    pub grad_spikes: usize,
+    pub len_cv: Option<f64>,
+    pub len_gap: Option<f64>,
+    pub len_gap_rel: Option<f64>,
+    pub mass_ratio: Option<f64>,
+}
+
+/// Per task: its length profile measured over all its runs, and paired accuracy differences.
+#[derive(Debug, Clone, Serialize)]
+pub struct Contrast {
+    pub task: String,
+    pub len_cv: Option<f64>,
+    pub len_gap: Option<f64>,
+    pub len_gap_rel: Option<f64>,
+    /// `"a-b"` (e.g. `token-seq`): final accuracy of `a` minus `b`, paired by seed.
+    pub final_accuracy_diff: BTreeMap<String, MeanCi>,
+}
+
+/// A fitted relation across tasks.
+#[derive(Debug, Clone, Serialize)]
+pub struct Relation {
+    pub y: String,
+    pub x: Vec<String>,
+    pub fit: Fit,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Summary {
+    pub rules: Vec<String>,
+    pub tasks: Vec<String>,
+    pub seeds: Vec<u64>,
+    pub thresholds: Thresholds,
+    pub runs: Vec<RunStats>,
+    pub groups: Vec<GroupStats>,
+    pub contrasts: Vec<Contrast>,
+    pub relations: Vec<Relation>,
+}
+
+fn opt_vals<T>(rs: &[&RunStats], f: impl Fn(&RunStats) -> Option<T>) -> Vec<T> {
+    rs.iter().filter_map(|r| f(r)).collect()
+}
+
+/// Summarises the runs (already measured) of a grid.
+pub fn summarise(
+    tasks: &[String],
+    rules: &[String],
+    seeds: &[u64],
+    runs: Vec<RunStats>,
+    th: Thresholds,
+) -> Summary {
+    let mut groups = Vec::new();
+    let mut contrasts = Vec::new();
+    for task in tasks {
+        for rule in rules {
+            let rs: Vec<&RunStats> = runs
+                .iter()
+                .filter(|r| &r.task == task && &r.rule == rule)
+                .collect();
+            if rs.is_empty() {
+                continue;
+            }
+            groups.push(GroupStats {
+                task: task.clone(),
+                rule: rule.clone(),
+                seeds: rs.len(),
+                final_accuracy: stats::mean_ci(&opt_vals(&rs, |r| r.final_accuracy)),
+                accuracy_auc: stats::mean_ci(&opt_vals(&rs, |r| r.accuracy_auc)),
+                reward_spread: stats::mean_ci(&opt_vals(&rs, |r| r.reward_spread)),
+                collapse_steps: rs.iter().map(|r| r.collapse_steps).sum(),
+                skipped_steps: rs.iter().map(|r| r.skipped_steps).sum(),
+                grad_spikes: rs.iter().map(|r| r.grad_spikes).sum(),
+                len_cv: stats::mean(&opt_vals(&rs, |r| r.len_cv)),
+                len_gap: stats::mean(&opt_vals(&rs, |r| r.len_gap)),
+                len_gap_rel: stats::mean(&opt_vals(&rs, |r| r.len_gap_rel)),
+                mass_ratio: stats::mean(&opt_vals(&rs, |r| r.mass_ratio)),
+            });
+        }
+        let all: Vec<&RunStats> = runs.iter().filter(|r| &r.task == task).collect();
+        let mut diffs = BTreeMap::new();
+        for (a, b) in [("token", "seq"), ("ba", "token"), ("ba", "seq")] {
+            let acc = |rule: &str, seed: u64| {
+                all.iter()
+                    .find(|r| r.rule == rule && r.seed == seed)
+                    .and_then(|r| r.final_accuracy)
+            };
+            let d: Vec<f64> = seeds
+                .iter()
+                .filter_map(|s| Some(acc(a, *s)? - acc(b, *s)?))
+                .collect();
+            if let Some(m) = stats::mean_ci(&d) {
+                diffs.insert(format!("{a}-{b}"), m);
+            }
+        }
+        contrasts.push(Contrast {
+            task: task.clone(),
+            len_cv: stats::mean(&opt_vals(&all, |r| r.len_cv)),
+            len_gap: stats::mean(&opt_vals(&all, |r| r.len_gap)),
+            len_gap_rel: stats::mean(&opt_vals(&all, |r| r.len_gap_rel)),
+            final_accuracy_diff: diffs,
+        });
+    }
+    let relations = relations(&contrasts);
+    Summary {
+        rules: rules.to_vec(),
+        tasks: tasks.to_vec(),
+        seeds: seeds.to_vec(),
+        thresholds: th,
+        runs,
+        groups,
+        contrasts,
+        relations,
+    }
+}
+
+/// `token - seq` against the length CV, the relative +/- gap, and both (needs more tasks than
+/// coefficients; the fits are over the tasks where every quantity is defined).
+fn relations(contrasts: &[Contrast]) -> Vec<Relation> {
+    let pts: Vec<(f64, f64, f64, f64)> = contrasts
+        .iter()
+        .filter_map(|c| {
+            Some((
+                c.len_cv?,
+                c.len_gap_rel?,
+                c.final_accuracy_diff.get("token-seq")?.mean,
+                c.len_gap?,
+            ))
+        })
+        .collect();
+    let gap_abs: Vec<f64> = pts.iter().map(|p| p.3).collect();
+    let cv: Vec<f64> = pts.iter().map(|p| p.0).collect();
+    let gap: Vec<f64> = pts.iter().map(|p| p.1).collect();
+    let y: Vec<f64> = pts.iter().map(|p| p.2).collect();
+    let mut out = Vec::new();
+    let mut add = |x: Vec<&str>, xs: &[&[f64]]| {
+        if let Some(fit) = stats::ols(xs, &y) {
+            out.push(Relation {
+                y: "token-seq".into(),
+                x: x.into_iter().map(String::from).collect(),
+                fit,
+            });
+        }
+    };
+    add(vec!["len_cv"], &[&cv]);
+    add(vec!["len_gap_rel"], &[&gap]);
+    add(vec!["len_gap"], &[&gap_abs]);
+    add(vec!["len_cv", "len_gap_rel"], &[&cv, &gap]);
+    out
+}
+
+fn pm(m: &Option<MeanCi>, digits: usize) -> String {
+    match m {
+        None => "-".into(),
+        Some(MeanCi {
+            mean,
+            ci95: Some(c),
+            ..
+        }) => format!("{mean:.digits$} ± {c:.digits$}"),
+        Some(MeanCi { mean, .. }) => format!("{mean:.digits$}"),
+    }
+}
+
+fn num(x: Option<f64>, digits: usize) -> String {
+    x.map_or("-".into(), |v| format!("{v:.digits$}"))
+}
+
+/// The summary as Markdown tables (also printed by `compare`).
+pub fn table(s: &Summary) -> String {
+    let mut out = String::new();
+    out.push_str("| task | rule | seeds | final acc (95% CI) | acc AUC | reward sd (last) | collapse steps | skipped | grad spikes | len CV | ± gap (L- − L+) | rel. gap | mass ratio +/- |\n");
+    out.push_str("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    for g in &s.groups {
+        out.push_str(&format!(
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+            g.task,
+            g.rule,
+            g.seeds,
+            pm(&g.final_accuracy, 3),
+            pm(&g.accuracy_auc, 3),
+            pm(&g.reward_spread, 3),
+            g.collapse_steps,
+            g.skipped_steps,
+            g.grad_spikes,
+            num(g.len_cv, 3),
+            num(g.len_gap, 2),
+            num(g.len_gap_rel, 3),
+            num(g.mass_ratio, 2),
+        ));
+    }
+    if s.contrasts
+        .iter()
+        .any(|c| !c.final_accuracy_diff.is_empty())
+    {
+        out.push_str(
+            "\nPaired final-accuracy differences (same seed, same warm-up), mean ± 95% CI:\n\n",
+        );
+        out.push_str(
+            "| task | len CV | ± gap | rel. gap | token − seq | ba − token | ba − seq |\n",
+        );
+        out.push_str("|---|---|---|---|---|---|---|\n");
+        for c in &s.contrasts {
+            let d = |k: &str| pm(&c.final_accuracy_diff.get(k).copied(), 3);
+            out.push_str(&format!(
+                "| {} | {} | {} | {} | {} | {} | {} |\n",
+                c.task,
+                num(c.len_cv, 3),
+                num(c.len_gap, 2),
+                num(c.len_gap_rel, 3),
+                d("token-seq"),
+                d("ba-token"),
+                d("ba-seq"),
+            ));
+        }
+    }
+    if !s.relations.is_empty() {
+        out.push_str("\nLinear fits across tasks (least squares):\n\n");
+        for r in &s.relations {
+            let terms: Vec<String> = r
+                .fit
+                .slopes
+                .iter()
+                .zip(&r.x)
+                .map(|(b, x)| format!("{b:+.3} * {x}"))
+                .collect();
+            out.push_str(&format!(
+                "- {} = {:.3} {}  (R² = {:.2}, n = {})\n",
+                r.y,
+                r.fit.intercept,
+                terms.join(" "),
+                r.fit.r2,
+                r.fit.n
+            ));
+        }
+    }
+    out
+}
