@@ -11,6 +11,7 @@
 use std::path::{Path, PathBuf};
 
 use fulcrum_core::{BaCount, ClipParams, Estimator, Rule};
+use fulcrum_model::LoraConfig;
 use fulcrum_tasks::TaskConfig;
 use serde::{Deserialize, Serialize};
 
@@ -70,6 +71,10 @@ pub struct ModelConfig {
     pub path: String,
     /// Parameter dtype: f32 or bf16 (bf16 on GPU only).
     pub dtype: String,
+    /// LoRA adapters (`{ rank, alpha, targets = ["q_proj", "v_proj"] }`): the weights stay
+    /// frozen and only the adapters train; `None`: full fine-tuning. See `fulcrum-model`'s
+    /// `lora.rs` for how they are saved.
+    pub lora: Option<LoraConfig>,
 }
 
 /// Sampling.
@@ -177,6 +182,12 @@ pub struct EvalConfig {
     pub k: usize,
     /// Sampling temperature for evaluation (0: greedy).
     pub temperature: f64,
+    /// Also evaluate the starting policy before the first step (step 0, `phase = "start"`
+    /// in `eval.jsonl`); the SFT warm-up is always evaluated.
+    pub at_start: bool,
+    /// The held-out task (e.g. `{ name = "gsm8k" }`); `None`: the training task's test split.
+    /// Needed when training on a dataset file, whose splits are the same records.
+    pub task: Option<TaskConfig>,
 }
 
 impl Default for Config {
@@ -216,6 +227,7 @@ impl Default for ModelConfig {
         Self {
             path: "tiny".into(),
             dtype: "f32".into(),
+            lora: None,
         }
     }
 }
@@ -291,6 +303,8 @@ impl Default for EvalConfig {
             prompts: 128,
             k: 1,
             temperature: 0.0,
+            at_start: false,
+            task: None,
         }
     }
 }
@@ -451,6 +465,12 @@ impl Config {
         }
         if self.eval.k == 0 {
             return bad("eval.k", "must be >= 1".into());
+        }
+        if let Some(lora) = &self.model.lora {
+            if let Err(m) = lora.validate() {
+                let field = m.split(':').next().unwrap_or_default();
+                return bad(&format!("model.lora.{field}"), m[field.len()..].trim_start_matches(": ").to_string());
+            }
         }
         Ok(())
     }

@@ -3,6 +3,7 @@
 pub mod analyze;
 pub mod convert;
 pub mod eval;
+pub mod fetch_assets;
 pub mod generate;
 pub mod score;
 pub mod sft;
