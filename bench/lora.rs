@@ -23,7 +23,14 @@ fn status_bytes(field: &str) -> u64 {
     status
         .lines()
         .find_map(|l| l.strip_prefix(field))
-        .and_then(|v| v.trim_start_matches(':').trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .and_then(|v| {
+            v.trim_start_matches(':')
+                .trim()
+                .trim_end_matches("kB")
+                .trim()
+                .parse::<u64>()
+                .ok()
+        })
         .map_or(0, |kb| kb * 1024)
 }
 
@@ -46,7 +53,11 @@ fn main() -> anyhow::Result<()> {
             .parse()
             .with_context(|| format!("{name}: not an integer"))
     };
-    let (batch, seq, steps) = (num("--batch", "2")?, num("--seq", "256")?, num("--steps", "3")?);
+    let (batch, seq, steps) = (
+        num("--batch", "2")?,
+        num("--seq", "256")?,
+        num("--steps", "3")?,
+    );
     let rank = num("--rank", "16")?;
     tch::set_num_threads(num("--threads", "1")? as i32);
     let targets: Vec<String> = flag(&args, "--targets", "q_proj,k_proj,v_proj,o_proj")

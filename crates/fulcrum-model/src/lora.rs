@@ -92,7 +92,9 @@ pub struct Adapter {
 impl Adapter {
     /// `scale * (x A^T) B^T`: two thin GEMMs, never the full `[out, in]` product.
     pub fn forward(&self, xs: &Tensor) -> Tensor {
-        xs.linear::<Tensor>(&self.a, None).linear::<Tensor>(&self.b, None) * self.scale
+        xs.linear::<Tensor>(&self.a, None)
+            .linear::<Tensor>(&self.b, None)
+            * self.scale
     }
 
     /// `scale * B A`, the update folded into the weight when merging.
@@ -211,10 +213,12 @@ pub fn load_adapters(vs: &VarStore, dir: &Path) -> Result<()> {
     vars.sort_by(|a, b| a.0.cmp(&b.0));
     tch::no_grad(|| -> Result<()> {
         for (name, mut var) in vars {
-            let t = tensors.remove(&name).ok_or_else(|| ModelError::MissingTensor {
-                path: path.clone(),
-                name: name.clone(),
-            })?;
+            let t = tensors
+                .remove(&name)
+                .ok_or_else(|| ModelError::MissingTensor {
+                    path: path.clone(),
+                    name: name.clone(),
+                })?;
             if t.size() != var.size() {
                 return Err(ModelError::Shape {
                     path: path.clone(),
@@ -236,7 +240,12 @@ pub fn load_adapters(vs: &VarStore, dir: &Path) -> Result<()> {
     }
 }
 
-/// Number of elements of the variables that require a gradient.
+/// Number of elements of the variables that require a gradient (tch's own
+/// `trainable_variables` still lists frozen ones: it records how a variable was created).
 pub fn trainable_parameters(vs: &VarStore) -> i64 {
-    vs.trainable_variables().iter().map(Tensor::numel).sum::<usize>() as i64
+    vs.variables()
+        .values()
+        .filter(|t| t.requires_grad())
+        .map(Tensor::numel)
+        .sum::<usize>() as i64
 }

@@ -328,11 +328,20 @@ impl Transformer {
         let mut out = Vec::new();
         for (i, l) in self.layers.iter().enumerate() {
             let (a, m) = (&l.self_attn, &l.mlp);
-            let attn = [("q_proj", &a.q_proj), ("k_proj", &a.k_proj), ("v_proj", &a.v_proj), ("o_proj", &a.o_proj)];
+            let attn = [
+                ("q_proj", &a.q_proj),
+                ("k_proj", &a.k_proj),
+                ("v_proj", &a.v_proj),
+                ("o_proj", &a.o_proj),
+            ];
             for (n, lin) in attn {
                 out.push((format!("model.layers.{i}.self_attn.{n}"), lin));
             }
-            for (n, lin) in [("gate_proj", &m.gate_proj), ("up_proj", &m.up_proj), ("down_proj", &m.down_proj)] {
+            for (n, lin) in [
+                ("gate_proj", &m.gate_proj),
+                ("up_proj", &m.up_proj),
+                ("down_proj", &m.down_proj),
+            ] {
                 out.push((format!("model.layers.{i}.mlp.{n}"), lin));
             }
         }
@@ -344,11 +353,20 @@ impl Transformer {
         let mut out = Vec::new();
         for (i, l) in self.layers.iter_mut().enumerate() {
             let (a, m) = (&mut l.self_attn, &mut l.mlp);
-            let attn = [("q_proj", &mut a.q_proj), ("k_proj", &mut a.k_proj), ("v_proj", &mut a.v_proj), ("o_proj", &mut a.o_proj)];
+            let attn = [
+                ("q_proj", &mut a.q_proj),
+                ("k_proj", &mut a.k_proj),
+                ("v_proj", &mut a.v_proj),
+                ("o_proj", &mut a.o_proj),
+            ];
             for (n, lin) in attn {
                 out.push((format!("model.layers.{i}.self_attn.{n}"), lin));
             }
-            for (n, lin) in [("gate_proj", &mut m.gate_proj), ("up_proj", &mut m.up_proj), ("down_proj", &mut m.down_proj)] {
+            for (n, lin) in [
+                ("gate_proj", &mut m.gate_proj),
+                ("up_proj", &mut m.up_proj),
+                ("down_proj", &mut m.down_proj),
+            ] {
                 out.push((format!("model.layers.{i}.mlp.{n}"), lin));
             }
         }

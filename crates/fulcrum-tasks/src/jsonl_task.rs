@@ -152,8 +152,10 @@ mod tests {
 
     #[test]
     fn other_layouts_are_detected_and_the_template_wraps_prompts() -> Result<()> {
-        let p = std::env::temp_dir()
-            .join(format!("fulcrum-jsonl-layouts-{}.jsonl", std::process::id()));
+        let p = std::env::temp_dir().join(format!(
+            "fulcrum-jsonl-layouts-{}.jsonl",
+            std::process::id()
+        ));
         let text = concat!(
             "{\"problem\": \"What is 2+3?\", \"answer\": \"5\", \"difficulty\": 3.0}\n",
             "{\"prompt\": [{\"role\": \"user\", \"content\": \"What is 1+1?\"}], \"reward_model\": {\"ground_truth\": \"2\"}}\n",

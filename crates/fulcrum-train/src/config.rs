@@ -469,7 +469,10 @@ impl Config {
         if let Some(lora) = &self.model.lora {
             if let Err(m) = lora.validate() {
                 let field = m.split(':').next().unwrap_or_default();
-                return bad(&format!("model.lora.{field}"), m[field.len()..].trim_start_matches(": ").to_string());
+                return bad(
+                    &format!("model.lora.{field}"),
+                    m[field.len()..].trim_start_matches(": ").to_string(),
+                );
             }
         }
         Ok(())

@@ -282,7 +282,15 @@ pub fn train(cfg: &Config, on: &mut dyn FnMut(Event<'_>)) -> Result<Summary, Tra
     fs::write(&cfg_path, resolved.to_toml()).map_err(io_err(&cfg_path))?;
     let eval_task = eval_task_of(cfg)?;
     let eval_task = eval_task.as_deref().unwrap_or(task.as_ref());
-    start_fresh(&resolved, task.as_ref(), eval_task, device, &run_dir, t0, on)
+    start_fresh(
+        &resolved,
+        task.as_ref(),
+        eval_task,
+        device,
+        &run_dir,
+        t0,
+        on,
+    )
 }
 
 /// Step 0 of a run whose directory and config.toml exist: warm-up (cached), then the RL loop.

@@ -19,7 +19,10 @@ fn presets() -> Vec<PathBuf> {
 #[test]
 fn every_preset_loads() {
     let files = presets();
-    assert!(files.len() >= 4, "expected demo, smollm2 and two paper presets: {files:?}");
+    assert!(
+        files.len() >= 4,
+        "expected demo, smollm2 and two paper presets: {files:?}"
+    );
     for f in files {
         if let Err(e) = Config::load(Some(&f), &[]) {
             panic!("{}: {e}", f.display());
@@ -44,7 +47,10 @@ fn paper_presets_follow_the_dapo_recipe() -> Result<(), Box<dyn std::error::Erro
             "{name}: mini-batch of 32 prompts"
         );
         assert_eq!(c.rollout.max_response_len, 8192, "{name}");
-        assert_eq!((c.ppo.eps_low, c.ppo.eps_high, c.ppo.dual_clip_c), (0.2, 0.28, 10.0));
+        assert_eq!(
+            (c.ppo.eps_low, c.ppo.eps_high, c.ppo.dual_clip_c),
+            (0.2, 0.28, 10.0)
+        );
         assert_eq!((c.ppo.kl_coef, c.ppo.entropy_coef), (0.0, 0.0), "{name}");
         assert_eq!(c.rollout.temperature, 1.0, "{name}");
         assert_eq!(c.device, "cuda", "{name}: meant for GPUs");
@@ -53,7 +59,8 @@ fn paper_presets_follow_the_dapo_recipe() -> Result<(), Box<dyn std::error::Erro
 }
 
 #[test]
-fn the_smollm2_preset_trains_on_math_and_evaluates_on_gsm8k() -> Result<(), Box<dyn std::error::Error>> {
+fn the_smollm2_preset_trains_on_math_and_evaluates_on_gsm8k(
+) -> Result<(), Box<dyn std::error::Error>> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../configs");
     let c = Config::load(Some(&dir.join("smollm2-gsm8k.toml")), &[])?;
     assert!(c.model.path.ends_with(".gguf"));

