@@ -10,6 +10,7 @@ use crate::chat_template::ChatTemplate;
 use crate::config::ModelConfig;
 use crate::error::{ModelError, Result, TorchContext};
 use crate::load;
+use crate::lora::{self, LoraConfig};
 use crate::tokenizer::Tokenizer;
 use crate::transformer::Transformer;
 
@@ -19,6 +20,8 @@ pub struct Model {
     net: Transformer,
     tokenizer: Option<Tokenizer>,
     chat: Option<ChatTemplate>,
+    /// Set when LoRA adapters are attached (`lora.rs`): the base weights are then frozen.
+    lora: Option<LoraConfig>,
 }
 
 impl std::fmt::Debug for Model {
@@ -43,6 +46,7 @@ impl Model {
             net,
             tokenizer: None,
             chat: None,
+            lora: None,
         }
     }
 
@@ -91,6 +95,11 @@ impl Model {
         load::copy_weights(&model.vs, folder.tensors, &folder.weights_path)?;
         model.tokenizer = folder.tokenizer;
         model.chat = folder.chat;
+        // A folder saved with adapters carries them beside the base weights.
+        if let Some(cfg) = lora::read_config(dir)? {
+            model.attach_lora(&cfg)?;
+            lora::load_adapters(&model.vs, dir)?;
+        }
         Ok(model)
     }
 
@@ -106,6 +115,24 @@ impl Model {
 
     pub fn config(&self) -> &ModelConfig {
         self.net.config()
+    }
+
+    /// Freezes the weights and attaches LoRA adapters (B = 0: the outputs do not change);
+    /// returns the number of trainable parameters. Attaching twice is an error.
+    pub fn attach_lora(&mut self, cfg: &LoraConfig) -> Result<i64> {
+        if self.lora.is_some() {
+            return Err(ModelError::Invalid(
+                "LoRA adapters are already attached".into(),
+            ));
+        }
+        let n = lora::attach(&self.vs, &mut self.net, cfg)?;
+        self.lora = Some(cfg.clone());
+        Ok(n)
+    }
+
+    /// The LoRA settings when adapters are attached.
+    pub fn lora(&self) -> Option<&LoraConfig> {
+        self.lora.as_ref()
     }
 
     pub fn net(&self) -> &Transformer {
@@ -155,7 +182,35 @@ impl Model {
 
     /// Write an HF folder: `config.json`, `model.safetensors` (in the current dtype),
     /// `tokenizer.json` and `tokenizer_config.json` when present. The folder is created.
+    /// With LoRA adapters, `model.safetensors` holds the base weights unmerged and the adapters
+    /// go to `adapter_model.safetensors` + `adapter_config.json` (loading restores them exactly);
+    /// [`Model::save_merged`] writes them folded in instead.
     pub fn save(&self, dir: &Path) -> Result<()> {
+        let (base, adapters): (Vec<_>, Vec<_>) = self
+            .vs
+            .variables()
+            .into_iter()
+            .partition(|(n, _)| !lora::is_adapter_name(n));
+        self.write_folder(dir, &base)?;
+        if let Some(cfg) = &self.lora {
+            save_named(&adapters, &dir.join(lora::ADAPTER_WEIGHTS))?;
+            let path = dir.join(lora::ADAPTER_CONFIG);
+            let text = serde_json::to_string_pretty(cfg).map_err(|e| ModelError::Json {
+                path: path.clone(),
+                message: e.to_string(),
+            })?;
+            std::fs::write(&path, text).map_err(|e| ModelError::io(&path, e))?;
+        }
+        Ok(())
+    }
+
+    /// Write a plain HF folder with any LoRA adapters folded into the weights
+    /// (`W + alpha/rank * B A`); without adapters it is [`Model::save`].
+    pub fn save_merged(&self, dir: &Path) -> Result<()> {
+        self.write_folder(dir, &lora::merged_variables(&self.vs, &self.net))
+    }
+
+    fn write_folder(&self, dir: &Path, weights: &[(String, Tensor)]) -> Result<()> {
         std::fs::create_dir_all(dir).map_err(|e| ModelError::io(dir, e))?;
         let config_path = dir.join("config.json");
         let text = serde_json::to_string_pretty(&self.config().to_hf_json()).map_err(|e| {
@@ -165,11 +220,7 @@ impl Model {
             }
         })?;
         std::fs::write(&config_path, text).map_err(|e| ModelError::io(&config_path, e))?;
-        let weights = dir.join("model.safetensors");
-        save_named(
-            &self.vs.variables().into_iter().collect::<Vec<_>>(),
-            &weights,
-        )?;
+        save_named(weights, &dir.join("model.safetensors"))?;
         if let Some(tok) = &self.tokenizer {
             tok.save(&dir.join("tokenizer.json"))?;
         }

@@ -14,6 +14,7 @@ use tch::{Device, Kind, Tensor};
 use crate::config::ModelConfig;
 use crate::error::{ModelError, Result, TorchContext};
 use crate::kv_cache::KvCache;
+use crate::lora::Adapter;
 
 /// Standard deviation of the random initialisation (as HF's `initializer_range`).
 const INIT_STD: f64 = 0.02;
@@ -39,11 +40,13 @@ impl RmsNorm {
     }
 }
 
-/// `y = x W^T + b`, weight `[out, in]` as in HF checkpoints.
+/// `y = x W^T + b`, weight `[out, in]` as in HF checkpoints, plus an optional LoRA adapter's
+/// low-rank term (`lora.rs`).
 #[derive(Debug)]
 pub struct Linear {
     weight: Tensor,
     bias: Option<Tensor>,
+    adapter: Option<Adapter>,
 }
 
 impl Linear {
@@ -55,11 +58,30 @@ impl Linear {
         Linear {
             weight: p.var("weight", &[out_dim, in_dim], init),
             bias: bias.then(|| p.var("bias", &[out_dim], Init::Const(0.0))),
+            adapter: None,
         }
     }
 
     pub fn forward(&self, xs: &Tensor) -> Tensor {
-        xs.linear(&self.weight, self.bias.as_ref())
+        let ys = xs.linear(&self.weight, self.bias.as_ref());
+        match &self.adapter {
+            Some(a) => ys + a.forward(xs),
+            None => ys,
+        }
+    }
+
+    /// `(out, in)`.
+    pub fn shape(&self) -> (i64, i64) {
+        let s = self.weight.size();
+        (s[0], s[1])
+    }
+
+    pub fn adapter(&self) -> Option<&Adapter> {
+        self.adapter.as_ref()
+    }
+
+    pub(crate) fn set_adapter(&mut self, adapter: Adapter) {
+        self.adapter = Some(adapter);
     }
 }
 
@@ -313,6 +335,56 @@ impl Transformer {
 
     pub fn config(&self) -> &ModelConfig {
         &self.config
+    }
+
+    /// Every projection with its HF name (`model.layers.N.self_attn.q_proj`), for LoRA.
+    pub fn linears(&self) -> Vec<(String, &Linear)> {
+        let mut out = Vec::new();
+        for (i, l) in self.layers.iter().enumerate() {
+            let (a, m) = (&l.self_attn, &l.mlp);
+            let attn = [
+                ("q_proj", &a.q_proj),
+                ("k_proj", &a.k_proj),
+                ("v_proj", &a.v_proj),
+                ("o_proj", &a.o_proj),
+            ];
+            for (n, lin) in attn {
+                out.push((format!("model.layers.{i}.self_attn.{n}"), lin));
+            }
+            for (n, lin) in [
+                ("gate_proj", &m.gate_proj),
+                ("up_proj", &m.up_proj),
+                ("down_proj", &m.down_proj),
+            ] {
+                out.push((format!("model.layers.{i}.mlp.{n}"), lin));
+            }
+        }
+        out
+    }
+
+    /// [`Transformer::linears`], mutable (attaching adapters).
+    pub(crate) fn linears_mut(&mut self) -> Vec<(String, &mut Linear)> {
+        let mut out = Vec::new();
+        for (i, l) in self.layers.iter_mut().enumerate() {
+            let (a, m) = (&mut l.self_attn, &mut l.mlp);
+            let attn = [
+                ("q_proj", &mut a.q_proj),
+                ("k_proj", &mut a.k_proj),
+                ("v_proj", &mut a.v_proj),
+                ("o_proj", &mut a.o_proj),
+            ];
+            for (n, lin) in attn {
+                out.push((format!("model.layers.{i}.self_attn.{n}"), lin));
+            }
+            for (n, lin) in [
+                ("gate_proj", &mut m.gate_proj),
+                ("up_proj", &mut m.up_proj),
+                ("down_proj", &mut m.down_proj),
+            ] {
+                out.push((format!("model.layers.{i}.mlp.{n}"), lin));
+            }
+        }
+        out
     }
 
     pub fn device(&self) -> Device {

@@ -1,7 +1,7 @@
 //! The real SmolLM2-135M-Instruct GGUF: greedy ChatML decoding is fluent and on topic, and
 //! `convert` to an HF folder then reload gives the same tokens.
 //!
-//! The file is not in the repository (98 MB): `scripts/fetch-smollm2.sh` puts it at
+//! The file is not in the repository (98 MB): `fulcrum fetch-assets --only smollm2` (or `scripts/fetch-smollm2.sh`) puts it at
 //! `assets/SmolLM2-135M-Instruct.Q4_1.gguf`, or set `FULCRUM_SMOLLM2_GGUF`. Without it the test
 //! prints that it was skipped and passes.
 
@@ -27,7 +27,7 @@ fn gguf_path() -> Option<PathBuf> {
         Some(path)
     } else {
         eprintln!(
-            "SKIPPED: SmolLM2 GGUF not found at {} (run scripts/fetch-smollm2.sh or set FULCRUM_SMOLLM2_GGUF)",
+            "SKIPPED: SmolLM2 GGUF not found at {} (run `fulcrum fetch-assets --only smollm2` or set FULCRUM_SMOLLM2_GGUF)",
             path.display()
         );
         None

@@ -1,5 +1,8 @@
 //! A task loaded from a user's JSONL file: `prompt`, `answer`, optional `demonstration`,
 //! optional `verifier` (`math` default, `exact`, `code`) and, for `code`, optional `entry_point`.
+//! Records in the other known layouts are read too, each detected by its fields (verl parquet
+//! rows as in DAPO-Math-17k, `problem`/`answer` as in Polaris and MATH, GSM8K, ...; see
+//! `data/formats.rs`); an optional template (`task.template`) wraps every prompt.
 //!
 //! Every record is checked when the file is loaded: a line without a prompt or answer stops the
 //! load with an error naming file, line and field. The file is one split: `examples` returns its
@@ -27,13 +30,21 @@ pub struct JsonlTask {
 }
 
 impl JsonlTask {
-    /// Loads and checks every record of `path` (generic format).
+    /// Loads and checks every record of `path`, each in the layout its fields show.
     pub fn load(path: &Path, reward: RewardMode) -> Result<Self> {
         Ok(Self::from_examples(
             "jsonl",
-            load_strict(path, Format::Generic)?,
+            load_strict(path, Format::Auto)?,
             reward,
         ))
+    }
+
+    /// Wraps every prompt in `template`, `{problem}` standing for the prompt.
+    pub fn with_template(mut self, template: &str) -> Self {
+        for e in &mut self.examples {
+            e.prompt = template.replace("{problem}", &e.prompt);
+        }
+        self
     }
 
     /// A task over examples already loaded (used by the benchmark registry).
@@ -136,6 +147,46 @@ mod tests {
             .ok_or(crate::TaskError::Sandbox("no exact".into()))?;
         assert!(task.score(exact, "Answer: hi").correct);
         assert!(!task.score(exact, "Answer: hello").correct);
+        Ok(())
+    }
+
+    #[test]
+    fn other_layouts_are_detected_and_the_template_wraps_prompts() -> Result<()> {
+        let p = std::env::temp_dir().join(format!(
+            "fulcrum-jsonl-layouts-{}.jsonl",
+            std::process::id()
+        ));
+        let text = concat!(
+            "{\"problem\": \"What is 2+3?\", \"answer\": \"5\", \"difficulty\": 3.0}\n",
+            "{\"prompt\": [{\"role\": \"user\", \"content\": \"What is 1+1?\"}], \"reward_model\": {\"ground_truth\": \"2\"}}\n",
+        );
+        std::fs::write(&p, text).map_err(|e| crate::TaskError::io(&p, e))?;
+        let task = create_task(&TaskConfig {
+            name: "jsonl".into(),
+            path: Some(p.clone()),
+            template: Some("{problem} Put the answer in \\boxed{}.".into()),
+            ..TaskConfig::default()
+        })?;
+        let mut prompts: Vec<String> = task
+            .examples(Split::Train, 0, 2)?
+            .into_iter()
+            .map(|e| e.prompt)
+            .collect();
+        prompts.sort();
+        assert_eq!(
+            prompts,
+            [
+                "What is 1+1? Put the answer in \\boxed{}.",
+                "What is 2+3? Put the answer in \\boxed{}."
+            ]
+        );
+        let bad = TaskConfig {
+            name: "jsonl".into(),
+            path: Some(p),
+            template: Some("no placeholder".into()),
+            ..TaskConfig::default()
+        };
+        assert!(create_task(&bad).is_err());
         Ok(())
     }
 

@@ -104,6 +104,9 @@ pub struct TaskConfig {
     pub path: Option<PathBuf>,
     /// `{0,1}` (`zero-one`) or `{-1,+1}` (`plus-minus`).
     pub reward: RewardMode,
+    /// `jsonl`: a prompt template applied to every record, `{problem}` standing for the
+    /// record's prompt (e.g. an instruction to put the answer in `\boxed{}`); `None`: as is.
+    pub template: Option<String>,
 }
 
 impl Default for TaskConfig {
@@ -115,6 +118,7 @@ impl Default for TaskConfig {
             mistake_rate: 0.0,
             path: None,
             reward: RewardMode::ZeroOne,
+            template: None,
         }
     }
 }
@@ -184,6 +188,11 @@ impl TaskConfig {
                 format!("{} is outside 0..=1", self.mistake_rate),
             );
         }
+        if let Some(t) = &self.template {
+            if !t.contains("{problem}") {
+                return bad("template", format!("{t:?} has no {{problem}} placeholder"));
+            }
+        }
         Ok(())
     }
 }
@@ -200,9 +209,11 @@ pub fn create_task(cfg: &TaskConfig) -> Result<Box<dyn Task>> {
             key: "path".into(),
             problem: "the jsonl task needs a path".into(),
         })?;
-        return Ok(Box::new(crate::jsonl_task::JsonlTask::load(
-            &path, cfg.reward,
-        )?));
+        let task = crate::jsonl_task::JsonlTask::load(&path, cfg.reward)?;
+        return Ok(Box::new(match &cfg.template {
+            Some(t) => task.with_template(t),
+            None => task,
+        }));
     }
     if let Some(bench) = crate::data::registry::Benchmark::find(&cfg.name) {
         return Ok(Box::new(crate::data::registry::BenchmarkTask::load(

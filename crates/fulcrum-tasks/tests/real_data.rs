@@ -45,7 +45,7 @@ fn every_benchmark_loads_with_its_record_count() -> Result<(), String> {
     for (name, count) in expected {
         let b = bench(name)?;
         if name == "humaneval" && !b.path(Some(&data_dir())).exists() {
-            eprintln!("humaneval: data/code/HumanEval.jsonl.gz absent (run tools/fetch_humaneval.sh): skipped");
+            eprintln!("humaneval: data/code/HumanEval.jsonl.gz absent (run fulcrum fetch-assets --only humaneval): skipped");
             continue;
         }
         let ex = b.load(Some(&data_dir())).map_err(|e| e.to_string())?;
@@ -182,7 +182,7 @@ fn right_and_wrong(
 fn humaneval_canonical_solutions_pass_and_wrong_ones_fail() -> Result<(), String> {
     let b = bench("humaneval")?;
     if !b.path(Some(&data_dir())).exists() {
-        eprintln!("humaneval: data/code/HumanEval.jsonl.gz absent (run tools/fetch_humaneval.sh): skipped");
+        eprintln!("humaneval: data/code/HumanEval.jsonl.gz absent (run fulcrum fetch-assets --only humaneval): skipped");
         return Ok(());
     }
     let ex =

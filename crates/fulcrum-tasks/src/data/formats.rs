@@ -356,13 +356,19 @@ pub fn to_example(path: &Path, line: usize, v: &Value, format: Format) -> Result
                 test.push('\n');
             }
             test.push_str(&tests.join("\n"));
+            let text = if v.get("prompt").is_some() {
+                f.text("prompt")?
+            } else {
+                f.text("text")?
+            };
             Example {
                 id: v.get("task_id").map_or(id, |t| format!("mbpp/{t}")),
-                prompt: if v.get("prompt").is_some() {
-                    f.text("prompt")?
-                } else {
-                    f.text("text")?
-                },
+                // MBPP's usual prompt shows the test asserts: the statement alone does not say
+                // what the function is called or how it is called.
+                prompt: format!(
+                    "{text}\nYour code should pass these tests:\n{}",
+                    tests.join("\n")
+                ),
                 answer: test,
                 demonstration: f.optional_text("code"),
                 verifier: Verifier::Code,
@@ -428,6 +434,20 @@ mod tests {
 
     fn ex(v: Value) -> Result<Example> {
         to_example(Path::new("f.jsonl"), 7, &v, Format::Auto)
+    }
+
+    #[test]
+    fn mbpp_prompts_show_the_test_asserts() -> Result<()> {
+        let e = ex(
+            json!({"task_id": 2, "prompt": "Write a function to add two numbers.",
+                          "test_list": ["assert add(1, 2) == 3", "assert add(0, 0) == 0"]}),
+        )?;
+        assert_eq!(
+            e.prompt,
+            "Write a function to add two numbers.\nYour code should pass these tests:\n\
+             assert add(1, 2) == 3\nassert add(0, 0) == 0"
+        );
+        Ok(())
     }
 
     #[test]

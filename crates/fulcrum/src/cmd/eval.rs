@@ -37,9 +37,22 @@ pub struct Args {
     /// cpu, cuda, cuda:N or auto.
     #[arg(long, default_value = "cpu")]
     pub device: String,
+    /// CPU threads for libtorch (0: one per core). Fewer than cores helps on a busy machine.
+    #[arg(long, default_value_t = 0)]
+    pub threads: usize,
     /// Print JSON instead of the table.
     #[arg(long)]
     pub json: bool,
+}
+
+/// Sets libtorch's CPU thread count (0: one per core).
+pub fn set_threads(threads: usize) {
+    let n = if threads > 0 {
+        threads
+    } else {
+        std::thread::available_parallelism().map_or(1, |n| n.get())
+    };
+    fulcrum_model::tch::set_num_threads(n as i32);
 }
 
 /// A run directory means its final checkpoint; anything else is a model spec.
@@ -67,6 +80,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         .parse()
         .map_err(|e| anyhow::anyhow!("--device: {e}"))?;
     let device = device.resolve()?;
+    set_threads(args.threads);
     let spec = resolve_model_spec(&args.model);
     let model = Model::load(&spec, device).with_context(|| format!("loading model {spec}"))?;
     let mut rows = Vec::new();
@@ -100,13 +114,13 @@ pub fn run(args: Args) -> Result<ExitCode> {
         );
     } else {
         println!(
-            "{:<16} {:>8} {:>4} {:>10} {:>10} {:>9} {:>9}",
-            "bench", "problems", "k", "avg@k", "pass@k", "mean len", "seconds"
+            "{:<16} {:>8} {:>4} {:>10} {:>10} {:>9} {:>9} {:>8}",
+            "bench", "problems", "k", "avg@k", "pass@k", "mean len", "seconds", "tok/s"
         );
         for (n, r, secs) in &rows {
             println!(
-                "{:<16} {:>8} {:>4} {:>10.4} {:>10.4} {:>9.1} {:>9.1}",
-                n, r.prompts, r.k, r.accuracy, r.pass_at_k, r.mean_len, secs
+                "{:<16} {:>8} {:>4} {:>10.4} {:>10.4} {:>9.1} {:>9.1} {:>8.1}",
+                n, r.prompts, r.k, r.accuracy, r.pass_at_k, r.mean_len, secs, r.tokens_per_s
             );
         }
     }

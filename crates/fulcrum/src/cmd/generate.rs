@@ -39,6 +39,9 @@ pub struct Args {
     /// Device: cpu, cuda, cuda:N or auto.
     #[arg(long, default_value = "cpu")]
     pub device: String,
+    /// CPU threads for libtorch (0: one per core). Fewer than cores helps on a busy machine.
+    #[arg(long, default_value_t = 0)]
+    pub threads: usize,
     /// Run in bfloat16 (CUDA only).
     #[arg(long)]
     pub bf16: bool,
@@ -46,6 +49,7 @@ pub struct Args {
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let device = args.device.parse::<DeviceChoice>()?.resolve()?;
+    super::eval::set_threads(args.threads);
     if args.temperature < 0.0 {
         anyhow::bail!("--temperature must be >= 0, got {}", args.temperature);
     }

@@ -4,6 +4,7 @@ pub mod analyze;
 pub mod compare;
 pub mod convert;
 pub mod eval;
+pub mod fetch_assets;
 pub mod generate;
 pub mod report;
 pub mod score;

@@ -1,0 +1,251 @@
+//! LoRA adapters (Hu et al. 2021, arXiv:2106.09685): train a low-rank update `scale * B A` next
+//! to a frozen linear weight `W`, so that `y = x W^T + b + scale * (x A^T) B^T`.
+//!
+//! [`attach`] freezes every parameter already in the VarStore and adds, for each targeted
+//! projection (`q_proj`, `v_proj`, ...), two trainable variables named after it:
+//! `model.layers.N.self_attn.q_proj.lora_A` (`[rank, in]`, uniform in `±1/sqrt(in)`) and
+//! `...lora_B` (`[out, rank]`, zeros). With `B = 0` the model computes exactly what the base
+//! model computes; only the adapters are trainable, so only they enter the optimizer (AdamW
+//! takes the variables that require a gradient). `scale = alpha / rank`.
+//!
+//! Saving (`Model::save`) keeps the base weights unmerged in `model.safetensors` (so the folder
+//! is the base model's HF folder) and writes the adapters to `adapter_model.safetensors` with
+//! their settings in `adapter_config.json`; loading the folder with fulcrum attaches them again,
+//! bit for bit, which is what exact resume needs. `Model::save_merged` folds `scale * B A` into
+//! `W` and writes a plain HF folder with no adapter files (`fulcrum convert` does this).
+//! Not here: dropout on the adapter input (RL fine-tuning runs without it), bias adapters.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+use tch::nn::VarStore;
+use tch::Tensor;
+
+use crate::error::{ModelError, Result, TorchContext};
+use crate::transformer::Transformer;
+
+/// The projections an adapter may target (HF names of the linear layers).
+pub const TARGETS: [&str; 7] = [
+    "q_proj",
+    "k_proj",
+    "v_proj",
+    "o_proj",
+    "gate_proj",
+    "up_proj",
+    "down_proj",
+];
+
+/// The adapter file and its settings, beside `model.safetensors`.
+pub const ADAPTER_WEIGHTS: &str = "adapter_model.safetensors";
+pub const ADAPTER_CONFIG: &str = "adapter_config.json";
+
+/// LoRA settings (config `model.lora = { rank = 8, alpha = 16, targets = ["q_proj", "v_proj"] }`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LoraConfig {
+    /// Rank `r` of the update `B A` (`A` is `[r, in]`, `B` is `[out, r]`).
+    pub rank: i64,
+    /// The update is scaled by `alpha / rank`.
+    pub alpha: f64,
+    /// Which projections get an adapter, by HF name (see [`TARGETS`]).
+    pub targets: Vec<String>,
+}
+
+impl LoraConfig {
+    /// `alpha / rank`.
+    pub fn scale(&self) -> f64 {
+        self.alpha / self.rank as f64
+    }
+
+    /// Range and name checks; the message names the field.
+    pub fn validate(&self) -> std::result::Result<(), String> {
+        if self.rank < 1 {
+            return Err(format!("rank: must be >= 1, got {}", self.rank));
+        }
+        if !(self.alpha > 0.0 && self.alpha.is_finite()) {
+            return Err(format!("alpha: must be finite and > 0, got {}", self.alpha));
+        }
+        if self.targets.is_empty() {
+            return Err(format!("targets: empty; valid: {}", TARGETS.join(", ")));
+        }
+        for t in &self.targets {
+            if !TARGETS.contains(&t.as_str()) {
+                return Err(format!(
+                    "targets: unknown projection {t:?}; valid: {}",
+                    TARGETS.join(", ")
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// One adapter: the trainable pair `(A, B)` and its scale.
+#[derive(Debug)]
+pub struct Adapter {
+    a: Tensor,
+    b: Tensor,
+    scale: f64,
+}
+
+impl Adapter {
+    /// `scale * (x A^T) B^T`: two thin GEMMs, never the full `[out, in]` product.
+    pub fn forward(&self, xs: &Tensor) -> Tensor {
+        xs.linear::<Tensor>(&self.a, None)
+            .linear::<Tensor>(&self.b, None)
+            * self.scale
+    }
+
+    /// `scale * B A`, the update folded into the weight when merging.
+    pub fn delta(&self) -> Tensor {
+        self.b.matmul(&self.a) * self.scale
+    }
+}
+
+/// Freezes every variable of `vs` and attaches adapters to the targeted projections of `net`.
+/// Returns the number of trainable adapter parameters.
+pub fn attach(vs: &VarStore, net: &mut Transformer, cfg: &LoraConfig) -> Result<i64> {
+    cfg.validate()
+        .map_err(|m| ModelError::Invalid(format!("lora.{m}")))?;
+    for (_, var) in vs.variables() {
+        let _ = var.set_requires_grad(false);
+    }
+    let mut trainable = 0;
+    for (name, linear) in net.linears_mut() {
+        let short = name.rsplit('.').next().unwrap_or_default();
+        if !cfg.targets.iter().any(|t| t == short) {
+            continue;
+        }
+        if linear.adapter().is_some() {
+            return Err(ModelError::Invalid(format!(
+                "{name}: already has a LoRA adapter"
+            )));
+        }
+        let (out_dim, in_dim) = linear.shape();
+        let mut p = vs.root();
+        for part in name.split('.') {
+            p = &p / part;
+        }
+        let bound = 1.0 / (in_dim as f64).sqrt();
+        let a = p.var(
+            "lora_A",
+            &[cfg.rank, in_dim],
+            tch::nn::Init::Uniform {
+                lo: -bound,
+                up: bound,
+            },
+        );
+        let b = p.var("lora_B", &[out_dim, cfg.rank], tch::nn::Init::Const(0.0));
+        trainable += cfg.rank * (in_dim + out_dim);
+        linear.set_adapter(Adapter {
+            a,
+            b,
+            scale: cfg.scale(),
+        });
+    }
+    if trainable == 0 {
+        return Err(ModelError::Invalid(format!(
+            "lora.targets: none of {:?} is in this model",
+            cfg.targets
+        )));
+    }
+    Ok(trainable)
+}
+
+/// Whether a VarStore name is an adapter variable.
+pub fn is_adapter_name(name: &str) -> bool {
+    name.ends_with(".lora_A") || name.ends_with(".lora_B")
+}
+
+/// The weights of `net` with every adapter folded in (`W + scale * B A`), by HF name, plus the
+/// names of the other variables of `vs` unchanged; adapter variables are left out.
+pub fn merged_variables(vs: &VarStore, net: &Transformer) -> Vec<(String, Tensor)> {
+    let deltas: HashMap<String, Tensor> = tch::no_grad(|| {
+        net.linears()
+            .into_iter()
+            .filter_map(|(name, l)| l.adapter().map(|a| (format!("{name}.weight"), a.delta())))
+            .collect()
+    });
+    vs.variables()
+        .into_iter()
+        .filter(|(n, _)| !is_adapter_name(n))
+        .map(|(n, t)| match deltas.get(&n) {
+            Some(d) => {
+                let merged = tch::no_grad(|| &t + d.to_kind(t.kind()));
+                (n, merged)
+            }
+            None => (n, t),
+        })
+        .collect()
+}
+
+/// Reads `adapter_config.json` from a model folder, if there is one.
+pub fn read_config(dir: &Path) -> Result<Option<LoraConfig>> {
+    let path = dir.join(ADAPTER_CONFIG);
+    if !path.is_file() {
+        return Ok(None);
+    }
+    let text = std::fs::read_to_string(&path).map_err(|e| ModelError::io(&path, e))?;
+    let cfg: LoraConfig = serde_json::from_str(&text).map_err(|e| ModelError::Json {
+        path: path.clone(),
+        message: e.to_string(),
+    })?;
+    cfg.validate().map_err(|m| ModelError::Config {
+        path: path.clone(),
+        field: m.split(':').next().unwrap_or_default().to_string(),
+        message: m,
+    })?;
+    Ok(Some(cfg))
+}
+
+/// Copies the adapter tensors of `dir/adapter_model.safetensors` into the adapter variables of
+/// `vs`; a missing, misshapen or unused tensor is an error naming it.
+pub fn load_adapters(vs: &VarStore, dir: &Path) -> Result<()> {
+    let path = dir.join(ADAPTER_WEIGHTS);
+    let tensors = Tensor::read_safetensors(&path).ctx(|| format!("reading {}", path.display()))?;
+    let mut tensors: HashMap<String, Tensor> = tensors.into_iter().collect();
+    let mut vars: Vec<(String, Tensor)> = vs
+        .variables()
+        .into_iter()
+        .filter(|(n, _)| is_adapter_name(n))
+        .collect();
+    vars.sort_by(|a, b| a.0.cmp(&b.0));
+    tch::no_grad(|| -> Result<()> {
+        for (name, mut var) in vars {
+            let t = tensors
+                .remove(&name)
+                .ok_or_else(|| ModelError::MissingTensor {
+                    path: path.clone(),
+                    name: name.clone(),
+                })?;
+            if t.size() != var.size() {
+                return Err(ModelError::Shape {
+                    path: path.clone(),
+                    name,
+                    expected: var.size(),
+                    got: t.size(),
+                });
+            }
+            var.f_copy_(&t.to_kind(var.kind()))
+                .ctx(|| format!("{}: copying `{name}`", path.display()))?;
+        }
+        Ok(())
+    })?;
+    let mut unused: Vec<String> = tensors.into_keys().collect();
+    unused.sort();
+    match unused.into_iter().next() {
+        None => Ok(()),
+        Some(name) => Err(ModelError::UnusedTensor { path, name }),
+    }
+}
+
+/// Number of elements of the variables that require a gradient (tch's own
+/// `trainable_variables` still lists frozen ones: it records how a variable was created).
+pub fn trainable_parameters(vs: &VarStore) -> i64 {
+    vs.variables()
+        .values()
+        .filter(|t| t.requires_grad())
+        .map(Tensor::numel)
+        .sum::<usize>() as i64
+}
