@@ -107,12 +107,16 @@ impl HeadBackward<'_> {
             if let Some(g) = &g_ent {
                 terms.push((&out.entropy * g.narrow(0, start, n)).sum(Kind::Float));
             }
-            Tensor::stack(&terms, 0).sum(Kind::Float).backward();
+            let total = Tensor::stack(&terms, 0).sum(Kind::Float);
+            // A frozen head (LoRA without adapters on it) has nothing to differentiate.
+            if total.requires_grad() {
+                total.backward();
+            }
             start += n;
         }
         // 3. The trunk, from the accumulated gradient of its output.
         let g_hidden = r.hidden_leaf.grad();
-        if g_hidden.defined() {
+        if g_hidden.defined() && r.hidden.requires_grad() {
             (&r.hidden * g_hidden.to_kind(r.hidden.kind()))
                 .sum(Kind::Float)
                 .backward();
@@ -407,6 +411,72 @@ mod tests {
             .unwrap();
             assert_eq!(out.logprobs.abs().sum(Kind::Float).double_value(&[]), 0.0);
             head.backward(&out.logprobs.sum(Kind::Float)).unwrap();
+        }
+    }
+
+    /// Frozen base weights with adapters (LoRA): checkpointing and chunking give the adapters
+    /// the plain path's gradient, and nothing tries to differentiate the frozen embeddings.
+    #[test]
+    fn frozen_weights_with_adapters() {
+        tch::set_num_threads(1);
+        let mut model = Model::tiny(Device::Cpu, 5).unwrap();
+        model.set_kind(Kind::Double);
+        model
+            .attach_lora(&crate::lora::LoraConfig {
+                rank: 2,
+                alpha: 4.0,
+                targets: vec!["q_proj".into(), "down_proj".into()],
+            })
+            .unwrap();
+        // Non-zero B, so that the adapters' A matrices get a gradient too.
+        for (name, mut t) in model.var_store().variables() {
+            if name.contains("lora_B") {
+                tch::no_grad(|| {
+                    let _ = t.fill_(0.01);
+                });
+            }
+        }
+        let ids = Tensor::from_slice(&[5i64, 9, 14, 22, 40, 41]).reshape([1, 6]);
+        let mask = Tensor::from_slice(&[0.0f64, 1.0, 1.0, 1.0, 1.0]).reshape([1, 5]);
+        let mut results = Vec::new();
+        for (logit_budget, checkpoint_layers) in [(LOGIT_BUDGET, false), (128, true)] {
+            let memory = MemoryOptions {
+                logit_budget,
+                checkpoint_layers,
+            };
+            for (_, t) in model.var_store().variables() {
+                let mut g = t.grad();
+                if g.defined() {
+                    let _ = g.zero_();
+                }
+            }
+            let (out, head) = masked_sequence_logprobs_with(
+                model.net(),
+                &ids,
+                &mask,
+                1.0,
+                EntropyGrad::No,
+                memory,
+            )
+            .unwrap();
+            head.backward(&out.logprobs.sum(Kind::Double)).unwrap();
+            let mut got: Vec<(String, Tensor)> = model
+                .var_store()
+                .variables()
+                .into_iter()
+                .filter(|(_, t)| t.grad().defined())
+                .map(|(n, t)| (n, t.grad().copy()))
+                .collect();
+            got.sort_by(|a, b| a.0.cmp(&b.0));
+            results.push(got);
+        }
+        assert!(!results[0].is_empty(), "no adapter received a gradient");
+        assert_eq!(results[0].len(), results[1].len());
+        for ((name, a), (other, b)) in results[0].iter().zip(&results[1]) {
+            assert_eq!(name, other);
+            assert!(name.contains("lora_"), "frozen {name} got a gradient");
+            let diff = (a - b).abs().max().double_value(&[]);
+            assert!(diff < 1e-9, "{name} differs by {diff}");
         }
     }
 }

@@ -93,6 +93,7 @@ impl Model {
         let folder = load::hf::read_folder(dir)?;
         let mut model = Model::random(&folder.config, device, 0);
         load::copy_weights(&model.vs, folder.tensors, &folder.weights_path)?;
+        release_freed_memory();
         model.tokenizer = folder.tokenizer;
         model.chat = folder.chat;
         // A folder saved with adapters carries them beside the base weights.
@@ -108,6 +109,7 @@ impl Model {
         let file = load::gguf::read_gguf(path)?;
         let mut model = Model::random(&file.config, device, 0);
         load::copy_weights(&model.vs, file.tensors, path)?;
+        release_freed_memory();
         model.tokenizer = Some(file.tokenizer);
         model.chat = file.chat;
         Ok(model)
@@ -241,4 +243,16 @@ pub(crate) fn save_named(named: &[(String, Tensor)], path: &Path) -> Result<()> 
         .collect();
     cpu.sort_by(|a, b| a.0.cmp(&b.0));
     Tensor::write_safetensors(&cpu, path).ctx(|| format!("writing {}", path.display()))
+}
+
+/// Hands the heap pages freed after loading (dequantised or read copies of every weight, about
+/// the model's size again) back to the system. glibc keeps freed blocks below its mmap threshold
+/// (which grows to 32 MB after large frees) in the process, so without this a loaded 0.5B model
+/// held twice its size in resident memory for the whole run.
+fn release_freed_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only returns unused pages of the allocator's own heap to the system.
+    unsafe {
+        libc::malloc_trim(0);
+    }
 }

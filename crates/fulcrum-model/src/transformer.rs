@@ -529,6 +529,9 @@ impl CheckpointedTrunk<'_> {
             (out * &grad).sum(Kind::Float).backward();
             grad = leaf.grad();
         }
-        (&self.embedded * grad).sum(Kind::Float).backward();
+        // Frozen embeddings (LoRA) have no graph to continue into.
+        if self.embedded.requires_grad() {
+            (&self.embedded * grad).sum(Kind::Float).backward();
+        }
     }
 }
