@@ -315,12 +315,19 @@ mod tests {
         v
     }
 
-    fn zero_grads(model: &Model) {
-        for (_, mut t) in model.var_store().variables() {
+    /// Zeroes every defined gradient, leaving which weights train as it is.
+    fn clear_grads(model: &Model) {
+        for (_, t) in model.var_store().variables() {
             let mut g = t.grad();
             if g.defined() {
                 let _ = g.zero_();
             }
+        }
+    }
+
+    fn zero_grads(model: &Model) {
+        clear_grads(model);
+        for (_, mut t) in model.var_store().variables() {
             let _ = t.requires_grad_(true);
         }
     }
@@ -444,12 +451,7 @@ mod tests {
                 logit_budget,
                 checkpoint_layers,
             };
-            for (_, t) in model.var_store().variables() {
-                let mut g = t.grad();
-                if g.defined() {
-                    let _ = g.zero_();
-                }
-            }
+            clear_grads(&model);
             let (out, head) = masked_sequence_logprobs_with(
                 model.net(),
                 &ids,
