@@ -112,6 +112,8 @@ pub fn attach(vs: &VarStore, net: &mut Transformer, cfg: &LoraConfig) -> Result<
         let _ = var.set_requires_grad(false);
     }
     let mut trainable = 0;
+    // The A matrices draw from libtorch's global generator.
+    let _rng = crate::rng::torch_rng_lock();
     for (name, linear) in net.linears_mut() {
         let short = name.rsplit('.').next().unwrap_or_default();
         if !cfg.targets.iter().any(|t| t == short) {

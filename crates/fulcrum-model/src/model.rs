@@ -38,6 +38,7 @@ impl Model {
     /// A randomly initialised model. libtorch's global generator is seeded with `seed` first,
     /// so the same seed gives the same weights.
     pub fn random(cfg: &ModelConfig, device: Device, seed: u64) -> Self {
+        let _rng = crate::rng::torch_rng_lock();
         tch::manual_seed(seed as i64);
         let vs = VarStore::new(device);
         let net = Transformer::new(&vs.root(), cfg);

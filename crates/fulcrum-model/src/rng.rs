@@ -3,6 +3,14 @@
 //! Owned by the caller and seeded per (seed, prompt, sample), so that a row's random stream does
 //! not depend on which other rows share its batch or when they finish. Not cryptographic.
 
+/// Holds libtorch's global random generator for the caller: seeding it and drawing initial
+/// weights must not interleave with another thread doing the same (`fulcrum compare --jobs`
+/// trains several models in one process), or the same seed would give different weights.
+pub(crate) fn torch_rng_lock() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 /// SplitMix64: 64 bits of state, passes BigCrush, trivially reproducible across platforms.
 #[derive(Debug, Clone)]
 pub struct SplitMix64 {

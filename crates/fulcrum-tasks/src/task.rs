@@ -100,6 +100,12 @@ pub struct TaskConfig {
     pub length: f64,
     /// Synthetic tasks: probability that a demonstration carries an injected mistake.
     pub mistake_rate: f64,
+    /// Synthetic tasks: fraction of demonstrations that restate every working line (`check`
+    /// lines), right or wrong alike: within-group length variation without a ± gap.
+    pub verbose_rate: f64,
+    /// Synthetic tasks: length of a mistaken demonstration's working relative to a right one's
+    /// (1 = same, 0.5 = half its lines, 2 = repeated): sets the sign and size of the ± gap.
+    pub mistake_length: f64,
     /// `jsonl` (and benchmarks, to override the registry's file): the file to read.
     pub path: Option<PathBuf>,
     /// `{0,1}` (`zero-one`) or `{-1,+1}` (`plus-minus`).
@@ -116,6 +122,8 @@ impl Default for TaskConfig {
             difficulty: 3,
             length: 1.0,
             mistake_rate: 0.0,
+            verbose_rate: 0.0,
+            mistake_length: 1.0,
             path: None,
             reward: RewardMode::ZeroOne,
             template: None,
@@ -148,14 +156,18 @@ impl FromStr for TaskConfig {
                 "difficulty" => cfg.difficulty = v.parse().map_err(|_| bad("not an integer"))?,
                 "length" => cfg.length = v.parse().map_err(|_| bad("not a number"))?,
                 "mistake_rate" => cfg.mistake_rate = v.parse().map_err(|_| bad("not a number"))?,
+                "verbose_rate" => cfg.verbose_rate = v.parse().map_err(|_| bad("not a number"))?,
+                "mistake_length" => {
+                    cfg.mistake_length = v.parse().map_err(|_| bad("not a number"))?
+                }
                 "path" => cfg.path = Some(PathBuf::from(v)),
                 "reward" => cfg.reward = v.parse()?,
                 _ => {
                     return Err(TaskError::Setting {
                         key: k.to_string(),
-                        problem:
-                            "unknown key (valid: difficulty, length, mistake_rate, path, reward)"
-                                .into(),
+                        problem: "unknown key (valid: difficulty, length, mistake_rate, \
+                                  verbose_rate, mistake_length, path, reward)"
+                            .into(),
                     })
                 }
             }
@@ -186,6 +198,18 @@ impl TaskConfig {
             return bad(
                 "mistake_rate",
                 format!("{} is outside 0..=1", self.mistake_rate),
+            );
+        }
+        if !(0.0..=1.0).contains(&self.verbose_rate) {
+            return bad(
+                "verbose_rate",
+                format!("{} is outside 0..=1", self.verbose_rate),
+            );
+        }
+        if !(0.0..=4.0).contains(&self.mistake_length) {
+            return bad(
+                "mistake_length",
+                format!("{} is outside 0..=4", self.mistake_length),
             );
         }
         if let Some(t) = &self.template {

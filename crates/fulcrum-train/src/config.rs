@@ -174,6 +174,9 @@ pub struct SftConfig {
     pub steps: u64,
     /// Examples per SFT step.
     pub batch_size: usize,
+    /// Examples per forward/backward within a step, cut from the batch ordered by length so
+    /// that each pads little (same loss: the token-mean is over the whole batch).
+    pub micro_batch_size: usize,
     /// SFT learning rate.
     pub lr: f64,
     /// SFT warm-up steps.
@@ -302,6 +305,7 @@ impl Default for SftConfig {
         Self {
             steps: 200,
             batch_size: 32,
+            micro_batch_size: 32,
             lr: 1e-3,
             warmup_steps: 20,
         }
@@ -417,6 +421,9 @@ impl Config {
             fulcrum_core::CoreError::InvalidParam { name, why } => bad(&format!("ppo.{name}"), why),
             other => bad("ppo", other.to_string()),
         })?;
+        if self.sft.batch_size == 0 || self.sft.micro_batch_size == 0 {
+            return bad("sft", "batch_size and micro_batch_size must be >= 1".into());
+        }
         if p.epochs == 0 || p.mini_batches == 0 || p.micro_batch_size == 0 {
             return bad(
                 "ppo",

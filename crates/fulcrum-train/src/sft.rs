@@ -76,29 +76,41 @@ pub fn run_sft(
             });
         }
         let tokens: usize = demos.iter().map(|d| d.response_ids.len()).sum();
-        let items: Vec<Item<'_>> = demos
-            .iter()
-            .map(|d| Item {
-                rollout: d,
-                advantage: 0.0,
-                weight: 1.0 / tokens as f64,
-                active: true,
-            })
-            .collect();
-        let p = pack(&items, model.device());
+        let weight = 1.0 / tokens.max(1) as f64;
+        // Longest first, cut into micro-batches: each pads only to its own longest sequence.
+        // (A batch that fits one micro-batch keeps its order.)
+        let mut order: Vec<usize> = (0..demos.len()).collect();
+        if demos.len() > s.micro_batch_size {
+            order.sort_by_key(|&i| {
+                std::cmp::Reverse(demos[i].prompt_ids.len() + demos[i].response_ids.len())
+            });
+        }
         opt.zero_grad();
-        let (out, head) = masked_sequence_logprobs_with(
-            model.net(),
-            &p.input_ids,
-            &p.mask,
-            1.0,
-            EntropyGrad::No,
-            cfg.memory(),
-        )
-        .map_err(TrainError::model)?;
-        let loss = -(&out.logprobs * &p.weights).sum(Kind::Float);
-        head.backward(&loss).map_err(TrainError::model)?;
-        let value = loss.double_value(&[]);
+        let mut value = 0.0;
+        for chunk in order.chunks(s.micro_batch_size.max(1)) {
+            let items: Vec<Item<'_>> = chunk
+                .iter()
+                .map(|&i| Item {
+                    rollout: &demos[i],
+                    advantage: 0.0,
+                    weight,
+                    active: true,
+                })
+                .collect();
+            let p = pack(&items, model.device());
+            let (out, head) = masked_sequence_logprobs_with(
+                model.net(),
+                &p.input_ids,
+                &p.mask,
+                1.0,
+                EntropyGrad::No,
+                cfg.memory(),
+            )
+            .map_err(TrainError::model)?;
+            let loss = -(&out.logprobs * &p.weights).sum(Kind::Float);
+            head.backward(&loss).map_err(TrainError::model)?;
+            value += loss.double_value(&[]);
+        }
         if value.is_finite() && grads_are_finite(model.var_store()) {
             if cfg.optim.grad_clip > 0.0 {
                 clip_grad_norm(model.var_store(), cfg.optim.grad_clip);

@@ -219,3 +219,64 @@ fn bad_rule_or_task_spec_stops_before_training() {
     assert!(text(&o.stderr).contains("colour"), "{}", text(&o.stderr));
     assert!(!dir.path().join("x").exists());
 }
+
+/// `metrics.jsonl` of a run without its timings (the only fields allowed to differ).
+fn metrics_without_time(run: &Path) -> Vec<Value> {
+    std::fs::read_to_string(run.join("metrics.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let mut v: Value = serde_json::from_str(l).unwrap();
+            if let Some(m) = v.as_object_mut() {
+                m.retain(|k, _| !k.starts_with("time/") && !k.ends_with("tokens_per_s"));
+            }
+            v
+        })
+        .collect()
+}
+
+#[test]
+fn parallel_jobs_give_the_same_runs_as_one_at_a_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let args = |out: &'static str, jobs: &'static str| {
+        let mut a = vec![
+            "compare",
+            "--quiet",
+            "--rules",
+            "ba,token",
+            "--seeds",
+            "2",
+            "--steps",
+            "2",
+            "--jobs",
+            jobs,
+            "--out",
+            out,
+            "--tasks",
+            "arithmetic:difficulty=1,mistake_length=2",
+        ];
+        a.extend_from_slice(TINY);
+        a
+    };
+    for (out, jobs) in [("one", "1"), ("two", "2")] {
+        let o = fulcrum(dir.path(), &args(out, jobs));
+        assert!(o.status.success(), "{}", text(&o.stderr));
+    }
+    for run in ["ba-seed0", "token-seed0", "ba-seed1", "token-seed1"] {
+        let at = |out: &str| {
+            dir.path()
+                .join(out)
+                .join("runs/arithmetic-difficulty=1-mistake_length=2")
+                .join(run)
+        };
+        assert_eq!(
+            metrics_without_time(&at("one")),
+            metrics_without_time(&at("two")),
+            "{run}"
+        );
+        let eval = |out: &str| std::fs::read_to_string(at(out).join("eval.jsonl")).unwrap();
+        assert_eq!(eval("one"), eval("two"), "{run}");
+    }
+    let o = fulcrum(dir.path(), &["compare", "--jobs", "0", "--out", "x"]);
+    assert_eq!(o.status.code(), Some(2));
+}

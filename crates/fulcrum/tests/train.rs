@@ -258,3 +258,45 @@ fn bad_input_stops_before_training_naming_what_and_where() {
         );
     }
 }
+
+#[test]
+fn eval_takes_task_specs_with_settings_and_names_a_bad_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let eval = |bench: &str| {
+        Command::new(env!("CARGO_BIN_EXE_fulcrum"))
+            .current_dir(dir.path())
+            .args([
+                "eval",
+                "--model",
+                "tiny",
+                "--bench",
+                bench,
+                "--prompts",
+                "2",
+                "--max-new-tokens",
+                "8",
+                "--threads",
+                "1",
+                "--json",
+            ])
+            .output()
+            .expect("fulcrum runs")
+    };
+    let o = eval("arithmetic:difficulty=1,mistake_length=2,lists");
+    assert!(o.status.success(), "{}", err(&o));
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let benches: Vec<&str> = v["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["bench"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        benches,
+        ["arithmetic:difficulty=1,mistake_length=2", "lists"]
+    );
+    let bad = eval("lists:verbose_rate=7");
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(err(&bad).contains("verbose_rate"), "{}", err(&bad));
+    assert!(bad.stdout.is_empty());
+}

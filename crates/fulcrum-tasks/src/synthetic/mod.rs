@@ -11,6 +11,9 @@
 //! | `lists` | `sort: 5 3 9 1` | large variation inside a group (lists of very different lengths, trace or not) |
 //! | `steps` | `collatz 7 steps 5` | every step must be written; shortcuts are wrong and shorter |
 //!
+//! Two more knobs, [`Shape`] (`shape.rs`), set the within-group length variation
+//! (`verbose_rate`) and the ± length gap (`mistake_length`) directly on any family.
+//!
 //! All text uses only the characters of [`crate::vocab::CHARS`]. Every response ends with an
 //! `Answer: ...` line. A demonstration is the worked response the task would write; with
 //! probability `mistake_rate` it carries an injected mistake (and then a wrong answer), so a
@@ -22,7 +25,10 @@
 mod arithmetic;
 mod countdown;
 mod lists;
+mod shape;
 mod steps;
+
+pub use shape::Shape;
 
 use std::str::FromStr;
 
@@ -117,6 +123,7 @@ pub fn generate(family: Family, rng: &mut Rng, knobs: &Knobs) -> Problem {
 pub struct SyntheticTask {
     family: Family,
     knobs: Knobs,
+    shape: Shape,
     reward: RewardMode,
 }
 
@@ -129,6 +136,10 @@ impl SyntheticTask {
                 difficulty: cfg.difficulty,
                 length: cfg.length,
                 mistake_rate: cfg.mistake_rate,
+            },
+            shape: Shape {
+                verbose_rate: cfg.verbose_rate,
+                mistake_length: cfg.mistake_length,
             },
             reward: cfg.reward,
         }
@@ -162,7 +173,8 @@ impl Task for SyntheticTask {
             }
             let mut rng = Rng::derive(seed, self.family.name(), i);
             i += 1;
-            let p = generate(self.family, &mut rng, &self.knobs);
+            let mut p = generate(self.family, &mut rng, &self.knobs);
+            self.shape.apply(&mut p, &mut rng);
             let is_test = hash_str(&p.prompt).is_multiple_of(10);
             if is_test != (split == Split::Test) {
                 continue;

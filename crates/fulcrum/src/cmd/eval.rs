@@ -16,8 +16,10 @@ pub struct Args {
     #[arg(long)]
     pub model: String,
     /// Comma-separated task or benchmark names (arithmetic, countdown, lists, steps, gsm8k,
-    /// math500, aime24, aime25, amc23, minerva, olympiadbench, humaneval, mbpp, leetcode).
-    #[arg(long, value_delimiter = ',', required = true)]
+    /// math500, aime24, aime25, amc23, minerva, olympiadbench, humaneval, mbpp, leetcode), each
+    /// optionally with its settings as in `compare --tasks` (`arithmetic:difficulty=2,
+    /// mistake_length=2`, `jsonl:path=my.jsonl`).
+    #[arg(long, required = true)]
     pub bench: Vec<String>,
     /// Samples per problem.
     #[arg(long, default_value_t = 1)]
@@ -80,16 +82,18 @@ pub fn run(args: Args) -> Result<ExitCode> {
         .parse()
         .map_err(|e| anyhow::anyhow!("--device: {e}"))?;
     let device = device.resolve()?;
+    // Tasks first: a bad spec or data file is reported before a slow model load.
+    let specs = super::compare::grid::split_task_specs("--bench", &args.bench)?;
+    let mut tasks = Vec::new();
+    for name in &specs {
+        let cfg: TaskConfig = name.parse().with_context(|| format!("--bench {name}"))?;
+        tasks.push(create_task(&cfg).with_context(|| format!("--bench {name}"))?);
+    }
     set_threads(args.threads);
     let spec = resolve_model_spec(&args.model);
     let model = Model::load(&spec, device).with_context(|| format!("loading model {spec}"))?;
     let mut rows = Vec::new();
-    for name in &args.bench {
-        let task = create_task(&TaskConfig {
-            name: name.clone(),
-            ..TaskConfig::default()
-        })
-        .with_context(|| format!("--bench {name}"))?;
+    for (name, task) in specs.iter().zip(&tasks) {
         let s = EvalSettings {
             prompts: args.prompts,
             k: args.k,

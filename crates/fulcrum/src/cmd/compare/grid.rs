@@ -9,10 +9,11 @@ use anyhow::{Context, Result};
 use fulcrum_tasks::TaskConfig;
 use fulcrum_train::Config;
 
-/// Splits `--tasks` values into task specs. A spec's own settings are comma-separated too
+/// Splits the values of a task flag (`--tasks`, `--bench`; `flag` names it in errors) into
+/// task specs. A spec's own settings are comma-separated too
 /// (`countdown:difficulty=2,length=0.5`), so a piece of the form `key=value` with no `:` before
 /// the `=` continues the spec before it; any other piece starts a new spec.
-pub fn split_task_specs(values: &[String]) -> Result<Vec<String>> {
+pub fn split_task_specs(flag: &str, values: &[String]) -> Result<Vec<String>> {
     let mut specs: Vec<String> = Vec::new();
     for value in values {
         let mut new_value = true;
@@ -28,7 +29,7 @@ pub fn split_task_specs(values: &[String]) -> Result<Vec<String>> {
                     last.push_str(piece);
                 }
                 _ if is_setting => {
-                    anyhow::bail!("--tasks: {piece:?} is a setting with no task name before it")
+                    anyhow::bail!("{flag}: {piece:?} is a setting with no task name before it")
                 }
                 _ => specs.push(piece.to_string()),
             }
@@ -37,7 +38,7 @@ pub fn split_task_specs(values: &[String]) -> Result<Vec<String>> {
     }
     for s in &specs {
         s.parse::<TaskConfig>()
-            .with_context(|| format!("--tasks: task spec {s:?}"))?;
+            .with_context(|| format!("{flag}: task spec {s:?}"))?;
     }
     Ok(specs)
 }
@@ -194,10 +195,13 @@ mod tests {
 
     #[test]
     fn task_specs_keep_their_own_settings_together() -> Result<()> {
-        let specs = split_task_specs(&[
-            "countdown:difficulty=2,length=0.5,lists,steps:mistake_rate=0.1".into(),
-            "arithmetic".into(),
-        ])?;
+        let specs = split_task_specs(
+            "--tasks",
+            &[
+                "countdown:difficulty=2,length=0.5,lists,steps:mistake_rate=0.1".into(),
+                "arithmetic".into(),
+            ],
+        )?;
         assert_eq!(
             specs,
             [
@@ -212,8 +216,8 @@ mod tests {
 
     #[test]
     fn bad_task_specs_are_errors() {
-        assert!(split_task_specs(&["difficulty=2".into()]).is_err());
-        assert!(split_task_specs(&["lists:colour=red".into()]).is_err());
+        assert!(split_task_specs("--tasks", &["difficulty=2".into()]).is_err());
+        assert!(split_task_specs("--tasks", &["lists:colour=red".into()]).is_err());
     }
 
     #[test]

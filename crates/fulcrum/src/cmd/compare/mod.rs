@@ -17,6 +17,8 @@ pub mod summary;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Mutex;
 
 use anyhow::{Context, Result};
 use fulcrum_train::run::{self, Event};
@@ -51,6 +53,12 @@ pub struct Args {
     /// A step counts as collapsed when held-out accuracy is this far below its best so far.
     #[arg(long, default_value_t = Thresholds::default().acc_margin)]
     pub collapse_margin: f64,
+    /// Runs at once: each worker takes one task and seed at a time (its warm-up, then its
+    /// rules), so results do not depend on it. With `threads = 0` each run gets
+    /// cores / jobs libtorch threads. Small models train faster as several one-thread runs
+    /// than as one run on every core.
+    #[arg(long, default_value_t = 1)]
+    pub jobs: usize,
     /// No progress bar (also off when stderr is not a terminal).
     #[arg(long)]
     pub quiet: bool,
@@ -74,12 +82,20 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let tasks = if args.tasks.is_empty() {
         vec![base_task_spec(&base)]
     } else {
-        grid::split_task_specs(&args.tasks)?
+        grid::split_task_specs("--tasks", &args.tasks)?
     };
     let seeds: Vec<u64> = (0..args.seeds).map(|k| base.seed + k).collect();
+    if args.jobs == 0 {
+        anyhow::bail!("--jobs must be at least 1");
+    }
+    let mut sets = args.source.set.clone();
+    if args.jobs > 1 && base.threads == 0 {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        sets.push(format!("threads={}", (cores / args.jobs).max(1)));
+    }
     let cells = grid::plan(
         args.source.config.as_deref(),
-        &args.source.set,
+        &sets,
         &tasks,
         &args.rules,
         &seeds,
@@ -95,7 +111,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
     fs::write(&mpath, serde_json::to_string_pretty(&manifest)? + "\n")
         .with_context(|| format!("writing {}", mpath.display()))?;
 
-    run_grid(&cells, &tasks, &seeds, &args.out, args.quiet)?;
+    run_grid(&cells, &tasks, &seeds, &args.out, args.jobs, args.quiet)?;
 
     let th = Thresholds {
         acc_margin: args.collapse_margin,
@@ -129,12 +145,21 @@ fn base_task_spec(cfg: &fulcrum_train::Config) -> String {
     s
 }
 
-/// Runs every unfinished cell: per task and seed, the shared warm-up first, then the rules.
+/// One task and seed's share of the grid: its warm-up, then its unfinished cells in order.
+struct Unit<'a> {
+    task: &'a str,
+    seed: u64,
+    cells: Vec<(&'a Cell, CellState)>,
+}
+
+/// Runs every unfinished cell, `jobs` units (task and seed) at a time: within a unit the shared
+/// warm-up comes first, then the rules.
 fn run_grid(
     cells: &[Cell],
     tasks: &[String],
     seeds: &[u64],
     out: &Path,
+    jobs: usize,
     quiet: bool,
 ) -> Result<()> {
     let states: Vec<CellState> = cells.iter().map(grid::state).collect::<Result<_>>()?;
@@ -144,15 +169,25 @@ fn run_grid(
         .zip(states)
         .filter(|(_, s)| *s != CellState::Done)
         .collect();
-    // Warm-ups still to visit: one per task and seed with an unfinished cell.
-    let mut keys: Vec<(&str, u64)> = pending
-        .iter()
-        .map(|(c, _)| (c.task.as_str(), c.seed))
-        .collect();
-    keys.dedup();
-    let warmups = keys.len();
+    let mut units = Vec::new();
+    for task in tasks {
+        for &seed in seeds {
+            let todo: Vec<(&Cell, CellState)> = pending
+                .iter()
+                .filter(|(c, _)| &c.task == task && c.seed == seed)
+                .copied()
+                .collect();
+            if !todo.is_empty() {
+                units.push(Unit {
+                    task,
+                    seed,
+                    cells: todo,
+                });
+            }
+        }
+    }
     let total: u64 = pending.iter().map(|(c, _)| c.config.steps).sum::<u64>()
-        + pending.first().map_or(0, |(c, _)| c.config.sft.steps) * warmups as u64;
+        + pending.first().map_or(0, |(c, _)| c.config.sft.steps) * units.len() as u64;
     let pb = super::train::bar(quiet);
     pb.set_length(total);
     pb.set_prefix("grid");
@@ -165,96 +200,127 @@ fn run_grid(
             ),
         );
     }
-    let mut base = 0u64;
-    let n = pending.len();
-    for task in tasks {
-        for seed in seeds {
-            let todo: Vec<&(&Cell, CellState)> = pending
-                .iter()
-                .filter(|(c, _)| &c.task == task && c.seed == *seed)
-                .collect();
-            let Some((first, _)) = todo.first() else {
-                continue;
-            };
-            // The shared warm-up, trained (or found) once, from a directory that never holds a
-            // run but shares the cells' parent and so their sft-cache.
-            let mut wcfg = first.config.clone();
-            wcfg.run_dir = Some(grid::task_dir(out, task).join(format!("warmup-seed{seed}")));
-            let warm = if wcfg.sft.steps > 0 {
-                let sft_total = wcfg.sft.steps;
-                let mut on = |e: Event<'_>| {
-                    if let Event::Sft { step, .. } = e {
-                        pb.set_position(base + step);
-                        pb.set_message(format!("{task} seed {seed}: SFT warm-up"));
-                    }
-                };
-                let (dir, acc) = run::warm_up(&wcfg, &mut on)
-                    .with_context(|| format!("SFT warm-up of {task}, seed {seed}"))?;
-                base += sft_total;
-                pb.set_position(base);
-                say(
-                    &pb,
-                    format!(
-                        "{task} seed {seed}: warm-up {} (held-out accuracy {})",
-                        dir.display(),
-                        acc.map_or("-".into(), |a| format!("{a:.3}"))
-                    ),
-                );
-                Some(dir)
-            } else {
-                None
-            };
-            for (cell, state) in todo {
-                let k = pending
-                    .iter()
-                    .position(|(c, _)| c.dir() == cell.dir())
-                    .unwrap_or(0)
-                    + 1;
-                let label = format!("[{k}/{n}] {} {} seed {}", cell.task, cell.rule, cell.seed);
-                let mut reused: Option<PathBuf> = None;
-                let mut trained_own = false;
-                let mut on = |e: Event<'_>| match e {
-                    Event::Step { step, metrics, .. } => {
-                        pb.set_position(base + step);
-                        let r = metrics.get("reward/mean").and_then(|v| v.as_f64());
-                        pb.set_message(format!(
-                            "{label}: reward {}",
-                            r.map_or("-".into(), |r| format!("{r:.3}"))
-                        ));
-                    }
-                    Event::SftCached { path } => reused = Some(path.to_path_buf()),
-                    Event::Sft { .. } => trained_own = true,
-                    _ => {}
-                };
-                let summary = match state {
-                    CellState::Partial => run::resume(cell.dir(), &mut on)
-                        .with_context(|| format!("resuming {}", cell.dir().display()))?,
-                    _ => run::train(&cell.config, &mut on)
-                        .with_context(|| format!("run {}", cell.dir().display()))?,
-                };
-                // A fresh run must have started from the shared warm-up (a resumed one starts
-                // from its own checkpoint).
-                if *state == CellState::New && warm.is_some() && (trained_own || reused != warm) {
-                    anyhow::bail!(
-                        "{} did not start from the shared warm-up {}",
-                        cell.dir().display(),
-                        warm.as_deref()
-                            .map_or("-".into(), |w| w.display().to_string())
-                    );
+    let numbers: Vec<&Path> = pending.iter().map(|(c, _)| c.dir()).collect();
+    let next = AtomicUsize::new(0);
+    let failed = AtomicBool::new(false);
+    let errors = Mutex::new(Vec::new());
+    std::thread::scope(|scope| {
+        for _ in 0..jobs.clamp(1, units.len().max(1)) {
+            scope.spawn(|| loop {
+                let i = next.fetch_add(1, Ordering::SeqCst);
+                let Some(unit) = units.get(i) else { break };
+                if failed.load(Ordering::SeqCst) {
+                    break;
                 }
-                base += cell.config.steps;
-                pb.set_position(base);
-                say(
-                    &pb,
-                    format!(
-                        "{label}: held-out accuracy {:.3} after {} steps ({:.0} s)",
-                        summary.final_accuracy, summary.steps, summary.wall_seconds
-                    ),
-                );
-            }
+                if let Err(e) = run_unit(unit, out, &numbers, &pb) {
+                    failed.store(true, Ordering::SeqCst);
+                    errors.lock().unwrap_or_else(|p| p.into_inner()).push(e);
+                }
+            });
         }
-    }
+    });
     pb.finish_and_clear();
+    match errors
+        .into_inner()
+        .unwrap_or_else(|p| p.into_inner())
+        .into_iter()
+        .next()
+    {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
+/// The warm-up of one task and seed, then its cells; progress goes to the shared bar by steps.
+fn run_unit(
+    unit: &Unit<'_>,
+    out: &Path,
+    numbers: &[&Path],
+    pb: &indicatif::ProgressBar,
+) -> Result<()> {
+    let (task, seed) = (unit.task, unit.seed);
+    let Some((first, _)) = unit.cells.first() else {
+        return Ok(());
+    };
+    // The shared warm-up, trained (or found) once, from a directory that never holds a run but
+    // shares the cells' parent and so their sft-cache.
+    let mut wcfg = first.config.clone();
+    wcfg.run_dir = Some(grid::task_dir(out, task).join(format!("warmup-seed{seed}")));
+    let warm = if wcfg.sft.steps > 0 {
+        let mut counted = 0u64;
+        let mut on = |e: Event<'_>| {
+            if let Event::Sft { step, .. } = e {
+                pb.inc(step.saturating_sub(counted));
+                counted = counted.max(step);
+                pb.set_message(format!("{task} seed {seed}: SFT warm-up"));
+            }
+        };
+        let (dir, acc) = run::warm_up(&wcfg, &mut on)
+            .with_context(|| format!("SFT warm-up of {task}, seed {seed}"))?;
+        pb.inc(wcfg.sft.steps.saturating_sub(counted));
+        say(
+            pb,
+            format!(
+                "{task} seed {seed}: warm-up {} (held-out accuracy {})",
+                dir.display(),
+                acc.map_or("-".into(), |a| format!("{a:.3}"))
+            ),
+        );
+        Some(dir)
+    } else {
+        None
+    };
+    for (cell, state) in &unit.cells {
+        let k = numbers.iter().position(|d| *d == cell.dir()).unwrap_or(0) + 1;
+        let label = format!(
+            "[{k}/{}] {} {} seed {}",
+            numbers.len(),
+            cell.task,
+            cell.rule,
+            cell.seed
+        );
+        let mut reused: Option<PathBuf> = None;
+        let mut trained_own = false;
+        let mut counted = 0u64;
+        let mut on = |e: Event<'_>| match e {
+            Event::Step { step, metrics, .. } => {
+                pb.inc(step.saturating_sub(counted));
+                counted = counted.max(step);
+                let r = metrics.get("reward/mean").and_then(|v| v.as_f64());
+                pb.set_message(format!(
+                    "{label}: reward {}",
+                    r.map_or("-".into(), |r| format!("{r:.3}"))
+                ));
+            }
+            Event::SftCached { path } => reused = Some(path.to_path_buf()),
+            Event::Sft { .. } => trained_own = true,
+            _ => {}
+        };
+        let summary = match state {
+            CellState::Partial => run::resume(cell.dir(), &mut on)
+                .with_context(|| format!("resuming {}", cell.dir().display()))?,
+            _ => run::train(&cell.config, &mut on)
+                .with_context(|| format!("run {}", cell.dir().display()))?,
+        };
+        // A fresh run must have started from the shared warm-up (a resumed one starts from its
+        // own checkpoint).
+        if *state == CellState::New && warm.is_some() && (trained_own || reused != warm) {
+            anyhow::bail!(
+                "{} did not start from the shared warm-up {}",
+                cell.dir().display(),
+                warm.as_deref()
+                    .map_or("-".into(), |w| w.display().to_string())
+            );
+        }
+        pb.inc(cell.config.steps.saturating_sub(counted));
+        say(
+            pb,
+            format!(
+                "{label}: held-out accuracy {:.3} after {} steps ({:.0} s)",
+                summary.final_accuracy, summary.steps, summary.wall_seconds
+            ),
+        );
+    }
     Ok(())
 }
 

@@ -91,6 +91,9 @@ pub fn normalised_area(points: &[(f64, f64)]) -> Option<f64> {
 pub struct Fit {
     pub intercept: f64,
     pub slopes: Vec<f64>,
+    /// Half-width of each slope's 95% confidence interval (t with n - p - 1 degrees of
+    /// freedom); `None` without residual degrees of freedom.
+    pub slope_ci95: Vec<Option<f64>>,
     /// Coefficient of determination.
     pub r2: f64,
     pub n: usize,
@@ -110,12 +113,13 @@ pub fn ols(xs: &[&[f64]], y: &[f64]) -> Option<Fit> {
     let c = |k: usize, i: usize| xs[k][i] - mx[k];
     let sxx = |a: usize, b: usize| (0..n).map(|i| c(a, i) * c(b, i)).sum::<f64>();
     let sxy = |a: usize| (0..n).map(|i| c(a, i) * (y[i] - my)).sum::<f64>();
-    let slopes = if p == 1 {
+    // `inv_diag`: the diagonal of the inverse of the centred X'X, for the slopes' variances.
+    let (slopes, inv_diag) = if p == 1 {
         let d = sxx(0, 0);
         if d <= 1e-300 {
             return None;
         }
-        vec![sxy(0) / d]
+        (vec![sxy(0) / d], vec![1.0 / d])
     } else {
         let (a, b, d) = (sxx(0, 0), sxx(0, 1), sxx(1, 1));
         let det = a * d - b * b;
@@ -123,7 +127,10 @@ pub fn ols(xs: &[&[f64]], y: &[f64]) -> Option<Fit> {
             return None;
         }
         let (y0, y1) = (sxy(0), sxy(1));
-        vec![(y0 * d - b * y1) / det, (a * y1 - b * y0) / det]
+        (
+            vec![(y0 * d - b * y1) / det, (a * y1 - b * y0) / det],
+            vec![d / det, a / det],
+        )
     };
     let intercept = my - slopes.iter().zip(&mx).map(|(s, m)| s * m).sum::<f64>();
     let predict = |i: usize| intercept + (0..p).map(|k| slopes[k] * xs[k][i]).sum::<f64>();
@@ -134,9 +141,16 @@ pub fn ols(xs: &[&[f64]], y: &[f64]) -> Option<Fit> {
     } else {
         f64::NAN
     };
+    let df = n - p - 1;
+    let sigma2 = ss_res / df as f64;
+    let slope_ci95 = inv_diag
+        .iter()
+        .map(|v| t975(df).map(|t| t * (sigma2 * v).sqrt()))
+        .collect();
     Some(Fit {
         intercept,
         slopes,
+        slope_ci95,
         r2,
         n,
     })
@@ -171,9 +185,31 @@ mod tests {
         assert!((f.intercept - 0.5).abs() < 1e-9);
         assert!((f.slopes[0] - 2.0).abs() < 1e-9 && (f.slopes[1] + 3.0).abs() < 1e-9);
         assert!((f.r2 - 1.0).abs() < 1e-12);
+        // An exact fit leaves no residual: zero-width intervals.
+        assert!(f
+            .slope_ci95
+            .iter()
+            .all(|c| c.is_some_and(|c| c.abs() < 1e-6)));
         let twice: Vec<f64> = x1.iter().map(|v| 2.0 * v).collect();
         assert!(ols(&[&x1, &twice], &y).is_none());
         assert!(ols(&[&[1.0, 1.0, 1.0]], &[1.0, 2.0, 3.0]).is_none());
+    }
+
+    #[test]
+    fn slope_interval_matches_the_textbook_formula() {
+        // y = x + noise on 5 points: slope SE = sqrt(s^2 / Sxx), t_{0.975,3} = 3.182.
+        let x = [0.0, 1.0, 2.0, 3.0, 4.0];
+        let y = [0.1, 0.9, 2.2, 2.8, 4.1];
+        let f = ols(&[&x], &y).unwrap();
+        let (sxx, my) = (10.0, 2.02);
+        let sxy: f64 = (0..5).map(|i| (x[i] - 2.0) * (y[i] - my)).sum();
+        let b = sxy / sxx;
+        let res: f64 = (0..5)
+            .map(|i| (y[i] - (my + b * (x[i] - 2.0))).powi(2))
+            .sum();
+        let want = 3.182 * (res / 3.0 / sxx).sqrt();
+        assert!((f.slopes[0] - b).abs() < 1e-12);
+        assert!((f.slope_ci95[0].unwrap() - want).abs() < 1e-12);
     }
 
     #[test]

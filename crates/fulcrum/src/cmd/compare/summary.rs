@@ -175,6 +175,19 @@ pub struct Contrast {
     pub final_accuracy_diff: BTreeMap<String, MeanCi>,
 }
 
+/// A rule pair over the whole grid: paired differences pooled over tasks and seeds.
+#[derive(Debug, Clone, Serialize)]
+pub struct Pooled {
+    /// `"a-b"`.
+    pub pair: String,
+    pub final_accuracy: MeanCi,
+    pub accuracy_auc: Option<MeanCi>,
+    /// Tasks with paired runs, and those where `a`'s mean final accuracy was above / below `b`'s.
+    pub tasks: usize,
+    pub tasks_won: usize,
+    pub tasks_lost: usize,
+}
+
 /// A fitted relation across tasks.
 #[derive(Debug, Clone, Serialize)]
 pub struct Relation {
@@ -192,6 +205,7 @@ pub struct Summary {
     pub runs: Vec<RunStats>,
     pub groups: Vec<GroupStats>,
     pub contrasts: Vec<Contrast>,
+    pub pooled: Vec<Pooled>,
     pub relations: Vec<Relation>,
 }
 
@@ -236,16 +250,8 @@ pub fn summarise(
         }
         let all: Vec<&RunStats> = runs.iter().filter(|r| &r.task == task).collect();
         let mut diffs = BTreeMap::new();
-        for (a, b) in [("token", "seq"), ("ba", "token"), ("ba", "seq")] {
-            let acc = |rule: &str, seed: u64| {
-                all.iter()
-                    .find(|r| r.rule == rule && r.seed == seed)
-                    .and_then(|r| r.final_accuracy)
-            };
-            let d: Vec<f64> = seeds
-                .iter()
-                .filter_map(|s| Some(acc(a, *s)? - acc(b, *s)?))
-                .collect();
+        for (a, b) in contrast_pairs(rules) {
+            let d = paired(&all, seeds, &a, &b, |r| r.final_accuracy);
             if let Some(m) = stats::mean_ci(&d) {
                 diffs.insert(format!("{a}-{b}"), m);
             }
@@ -259,6 +265,7 @@ pub fn summarise(
         });
     }
     let relations = relations(&contrasts);
+    let pooled = pooled(&runs, tasks, rules, seeds);
     Summary {
         rules: rules.to_vec(),
         tasks: tasks.to_vec(),
@@ -267,8 +274,75 @@ pub fn summarise(
         runs,
         groups,
         contrasts,
+        pooled,
         relations,
     }
+}
+
+/// The pairs compared: `token - seq` (claim b), and `ba` against every other rule (claim a).
+pub fn contrast_pairs(rules: &[String]) -> Vec<(String, String)> {
+    let has = |r: &str| rules.iter().any(|x| x == r);
+    let mut out = Vec::new();
+    if has("token") && has("seq") {
+        out.push(("token".to_string(), "seq".to_string()));
+    }
+    if has("ba") {
+        for r in rules.iter().filter(|r| *r != "ba") {
+            out.push(("ba".to_string(), r.clone()));
+        }
+    }
+    out
+}
+
+/// `f(a) - f(b)` for every seed where both runs have a value (same seed: same warm-up).
+fn paired(
+    runs: &[&RunStats],
+    seeds: &[u64],
+    a: &str,
+    b: &str,
+    f: impl Fn(&RunStats) -> Option<f64>,
+) -> Vec<f64> {
+    let at = |rule: &str, seed: u64| {
+        runs.iter()
+            .find(|r| r.rule == rule && r.seed == seed)
+            .and_then(|r| f(r))
+    };
+    seeds
+        .iter()
+        .filter_map(|s| Some(at(a, *s)? - at(b, *s)?))
+        .collect()
+}
+
+/// Over every task and seed, the paired differences of a rule pair: final accuracy and the area
+/// under the accuracy curve, with the number of tasks each rule won on average.
+fn pooled(runs: &[RunStats], tasks: &[String], rules: &[String], seeds: &[u64]) -> Vec<Pooled> {
+    let mut out = Vec::new();
+    for (a, b) in contrast_pairs(rules) {
+        let (mut fin, mut auc) = (Vec::new(), Vec::new());
+        let (mut won, mut lost, mut n) = (0, 0, 0);
+        for task in tasks {
+            let rs: Vec<&RunStats> = runs.iter().filter(|r| &r.task == task).collect();
+            let d = paired(&rs, seeds, &a, &b, |r| r.final_accuracy);
+            if let Some(m) = stats::mean(&d) {
+                n += 1;
+                won += (m > 0.0) as usize;
+                lost += (m < 0.0) as usize;
+            }
+            fin.extend(d);
+            auc.extend(paired(&rs, seeds, &a, &b, |r| r.accuracy_auc));
+        }
+        if let Some(final_accuracy) = stats::mean_ci(&fin) {
+            out.push(Pooled {
+                pair: format!("{a}-{b}"),
+                final_accuracy,
+                accuracy_auc: stats::mean_ci(&auc),
+                tasks: n,
+                tasks_won: won,
+                tasks_lost: lost,
+            });
+        }
+    }
+    out
 }
 
 /// `token - seq` against the length CV, the relative +/- gap, and both (needs more tasks than
@@ -345,6 +419,7 @@ pub fn table(s: &Summary) -> String {
             num(g.mass_ratio, 2),
         ));
     }
+    let pairs = contrast_pairs(&s.rules);
     if s.contrasts
         .iter()
         .any(|c| !c.final_accuracy_diff.is_empty())
@@ -352,21 +427,43 @@ pub fn table(s: &Summary) -> String {
         out.push_str(
             "\nPaired final-accuracy differences (same seed, same warm-up), mean ± 95% CI:\n\n",
         );
-        out.push_str(
-            "| task | len CV | ± gap | rel. gap | token − seq | ba − token | ba − seq |\n",
-        );
-        out.push_str("|---|---|---|---|---|---|---|\n");
+        out.push_str("| task | len CV | ± gap | rel. gap |");
+        for (a, b) in &pairs {
+            out.push_str(&format!(" {a} − {b} |"));
+        }
+        out.push_str(&format!(
+            "\n|---|---|---|---|{}\n",
+            "---|".repeat(pairs.len())
+        ));
         for c in &s.contrasts {
-            let d = |k: &str| pm(&c.final_accuracy_diff.get(k).copied(), 3);
             out.push_str(&format!(
-                "| {} | {} | {} | {} | {} | {} | {} |\n",
+                "| {} | {} | {} | {} |",
                 c.task,
                 num(c.len_cv, 3),
                 num(c.len_gap, 2),
                 num(c.len_gap_rel, 3),
-                d("token-seq"),
-                d("ba-token"),
-                d("ba-seq"),
+            ));
+            for (a, b) in &pairs {
+                let d = c.final_accuracy_diff.get(&format!("{a}-{b}")).copied();
+                out.push_str(&format!(" {} |", pm(&d, 3)));
+            }
+            out.push('\n');
+        }
+    }
+    if !s.pooled.is_empty() {
+        out.push_str("\nPooled over all tasks and seeds (paired), mean ± 95% CI:\n\n");
+        out.push_str("| pair | final acc diff | acc AUC diff | pairs | tasks won / lost / all |\n");
+        out.push_str("|---|---|---|---|---|\n");
+        for p in &s.pooled {
+            out.push_str(&format!(
+                "| {} | {} | {} | {} | {} / {} / {} |\n",
+                p.pair.replacen('-', " − ", 1),
+                pm(&Some(p.final_accuracy), 3),
+                pm(&p.accuracy_auc, 3),
+                p.final_accuracy.n,
+                p.tasks_won,
+                p.tasks_lost,
+                p.tasks
             ));
         }
     }
@@ -377,8 +474,12 @@ pub fn table(s: &Summary) -> String {
                 .fit
                 .slopes
                 .iter()
+                .zip(&r.fit.slope_ci95)
                 .zip(&r.x)
-                .map(|(b, x)| format!("{b:+.3} * {x}"))
+                .map(|((b, ci), x)| match ci {
+                    Some(ci) => format!("{b:+.3} (± {ci:.3}) * {x}"),
+                    None => format!("{b:+.3} * {x}"),
+                })
                 .collect();
             out.push_str(&format!(
                 "- {} = {:.3} {}  (R² = {:.2}, n = {})\n",
