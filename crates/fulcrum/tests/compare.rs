@@ -164,6 +164,7 @@ fn compare_runs_the_grid_resumes_and_report_draws_it() {
     for name in [
         "reward",
         "accuracy",
+        "accuracy-diff",
         "length",
         "entropy",
         "grad-norm",

@@ -2,7 +2,8 @@
 //! base64, no network) for a run directory or a `fulcrum compare` directory.
 //!
 //! Per task: reward and held-out accuracy over steps (per rule, the mean over seeds with a
-//! min-max band), response length (positive, negative, all), the +/- length gap, the mass ratio
+//! min-max band) and, in a comparison, each rule's accuracy minus `ba`'s paired by seed;
+//! response length (positive, negative, all), the +/- length gap, the mass ratio
 //! of each rule, entropy, gradient norm and clip fraction; for a comparison of several tasks
 //! with `token` and `seq`, the accuracy difference `token - seq` against the measured length CV
 //! and +/- gap with the fitted line; and the summary table of `compare`.
@@ -168,11 +169,15 @@ fn over_seeds<'a>(
     runs: impl Iterator<Item = &'a RunData>,
     f: impl Fn(&RunData) -> Vec<(f64, f64)>,
 ) -> (Vec<(f64, f64)>, Vec<Band>) {
+    mean_and_band(runs.map(f).collect())
+}
+
+/// Mean over curves at each x, with the min-max band when there are several curves.
+fn mean_and_band(curves: Vec<Vec<(f64, f64)>>) -> (Vec<(f64, f64)>, Vec<Band>) {
     let mut by_step: BTreeMap<i64, Vec<f64>> = BTreeMap::new();
-    let mut n = 0;
-    for r in runs {
-        n += 1;
-        for (x, y) in f(r) {
+    let n = curves.len();
+    for curve in curves {
+        for (x, y) in curve {
             by_step.entry(x.round() as i64).or_default().push(y);
         }
     }
@@ -197,6 +202,48 @@ fn over_seeds<'a>(
 
 fn evals(r: &RunData) -> Vec<(f64, f64)> {
     r.evals.iter().map(|(s, a)| (*s as f64, *a)).collect()
+}
+
+/// Held-out accuracy of each rule minus the reference rule's (`ba` when compared, else the
+/// first), paired by seed at each evaluation: seed-to-seed variation of the shared warm-up,
+/// which dominates the plain accuracy bands, cancels.
+fn paired_accuracy(src: &Source, task: &str) -> Option<(String, Vec<Series>)> {
+    let reference = if src.rules.iter().any(|r| r == "ba") {
+        "ba"
+    } else {
+        src.rules.first()?.as_str()
+    };
+    let series: Vec<Series> = src
+        .rules
+        .iter()
+        .filter(|r| r.as_str() != reference)
+        .map(|rule| {
+            let curves = src
+                .runs_of(task, rule)
+                .filter_map(|run| {
+                    let base = src
+                        .runs_of(task, reference)
+                        .find(|b| b.config.seed == run.config.seed)?;
+                    let at: BTreeMap<u64, f64> = base.evals.iter().copied().collect();
+                    Some(
+                        run.evals
+                            .iter()
+                            .filter_map(|(s, a)| Some((*s as f64, a - at.get(s)?)))
+                            .collect(),
+                    )
+                })
+                .collect();
+            let (points, band) = mean_and_band(curves);
+            Series {
+                label: format!("{rule} − {reference}"),
+                color: charts::rule_color(rule),
+                dash: Dash::Solid,
+                points,
+                band,
+            }
+        })
+        .collect();
+    (!series.is_empty()).then(|| (reference.to_string(), series))
 }
 
 /// One chart per quantity for `task`; returns `(title, png path)` of those drawn.
@@ -256,6 +303,16 @@ fn task_charts(src: &Source, task: &str, out: &Path) -> Result<Vec<(String, Path
         "accuracy",
         acc,
     )?;
+    if src.is_compare {
+        if let Some((reference, diffs)) = paired_accuracy(src, task) {
+            chart(
+                "accuracy-diff",
+                format!("Held-out accuracy minus {reference}'s, same seed (mean, band: min-max)"),
+                "accuracy difference",
+                diffs,
+            )?;
+        }
+    }
     let mut len = Vec::new();
     for rule in &src.rules {
         for (key, side, dash) in [
