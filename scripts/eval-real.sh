@@ -1,24 +1,26 @@
 #!/usr/bin/env bash
 #! The real-model evaluation of docs/results.md ("## Real models on the benchmarks"): both GGUF
 #! models of `fulcrum fetch-assets` on the nine benchmarks, greedy, one JSON file per model and
-#! benchmark under OUT (default runs/eval-real). Files already there are kept (run it again to
-#! finish an interrupted evaluation).
+#! benchmark under OUT (default runs/eval-real), every scored response beside it
+#! (`MODEL-BENCH.samples.jsonl`), and the table of docs/results.md at the end
+#! (scripts/eval-real-table.py). Files already there are kept (run it again to finish an
+#! interrupted evaluation).
 #!
-#!   scripts/eval-real.sh                          # first 40 problems of each benchmark
+#!   scripts/eval-real.sh                          # the documented subset: first 30 problems
 #!   PROMPTS=1000 scripts/eval-real.sh             # whole benchmarks
 #!   MODELS=smollm2 BENCHES=gsm8k,humaneval scripts/eval-real.sh
 #!
-#! Settings (environment): PROMPTS (40), MAX_NEW_TOKENS (1024), THREADS (0: every core),
+#! Settings (environment): PROMPTS (30), MAX_NEW_TOKENS (768), THREADS (0: every core),
 #! OUT, FULCRUM (the binary; default: scripts/fulcrum, which builds it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-prompts=${PROMPTS:-40}
-max_new=${MAX_NEW_TOKENS:-1024}
+prompts=${PROMPTS:-30}
+max_new=${MAX_NEW_TOKENS:-768}
 threads=${THREADS:-0}
 out=${OUT:-runs/eval-real}
 fulcrum=${FULCRUM:-./scripts/fulcrum}
 assets=${FULCRUM_ASSETS_DIR:-assets}
-benches=${BENCHES:-gsm8k,math500,aime24,aime25,amc23,minerva,olympiadbench,humaneval,mbpp}
+benches=${BENCHES:-humaneval,mbpp,gsm8k,math500,amc23,minerva,olympiadbench,aime24,aime25}
 models=${MODELS:-smollm2,qwen2.5-coder-0.5b}
 mkdir -p "$out"
 for m in ${models//,/ }; do
@@ -33,8 +35,10 @@ for m in ${models//,/ }; do
         [ -s "$dest" ] && { echo "eval-real: $dest exists, kept"; continue; }
         echo "eval-real: $m on $b ($prompts problems, greedy, at most $max_new new tokens)"
         "$fulcrum" eval --model "$file" --bench "$b" --k 1 --temperature 0 --prompts "$prompts" \
-            --max-new-tokens "$max_new" --threads "$threads" --json > "$dest.tmp"
+            --max-new-tokens "$max_new" --threads "$threads" --samples "$out/$m-$b.samples.jsonl" \
+            --json > "$dest.tmp"
         mv "$dest.tmp" "$dest"
     done
 done
 echo "eval-real: results in $out"
+python3 scripts/eval-real-table.py "$out"

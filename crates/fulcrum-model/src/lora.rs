@@ -206,40 +206,12 @@ pub fn read_config(dir: &Path) -> Result<Option<LoraConfig>> {
 pub fn load_adapters(vs: &VarStore, dir: &Path) -> Result<()> {
     let path = dir.join(ADAPTER_WEIGHTS);
     let tensors = Tensor::read_safetensors(&path).ctx(|| format!("reading {}", path.display()))?;
-    let mut tensors: HashMap<String, Tensor> = tensors.into_iter().collect();
-    let mut vars: Vec<(String, Tensor)> = vs
+    let vars: Vec<(String, Tensor)> = vs
         .variables()
         .into_iter()
         .filter(|(n, _)| is_adapter_name(n))
         .collect();
-    vars.sort_by(|a, b| a.0.cmp(&b.0));
-    tch::no_grad(|| -> Result<()> {
-        for (name, mut var) in vars {
-            let t = tensors
-                .remove(&name)
-                .ok_or_else(|| ModelError::MissingTensor {
-                    path: path.clone(),
-                    name: name.clone(),
-                })?;
-            if t.size() != var.size() {
-                return Err(ModelError::Shape {
-                    path: path.clone(),
-                    name,
-                    expected: var.size(),
-                    got: t.size(),
-                });
-            }
-            var.f_copy_(&t.to_kind(var.kind()))
-                .ctx(|| format!("{}: copying `{name}`", path.display()))?;
-        }
-        Ok(())
-    })?;
-    let mut unused: Vec<String> = tensors.into_keys().collect();
-    unused.sort();
-    match unused.into_iter().next() {
-        None => Ok(()),
-        Some(name) => Err(ModelError::UnusedTensor { path, name }),
-    }
+    crate::load::copy_named(vars, tensors.into_iter().collect(), &path)
 }
 
 /// Number of elements of the variables that require a gradient (tch's own

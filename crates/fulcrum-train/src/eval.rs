@@ -36,6 +36,24 @@ pub struct EvalResult {
     pub mean_len: f64,
     /// Generated tokens per second.
     pub tokens_per_s: f64,
+    /// Fraction of responses cut at `max_new_tokens` without stopping (scored as written).
+    pub truncated: f64,
+}
+
+/// One scored response of an evaluation (what `fulcrum eval --samples` writes).
+#[derive(Debug, Clone, Serialize)]
+pub struct EvalSample {
+    /// The problem's identifier in its data file or task.
+    pub id: String,
+    pub prompt: String,
+    pub response: String,
+    /// Response tokens, the stop token included.
+    pub tokens: usize,
+    pub truncated: bool,
+    pub reward: f64,
+    pub correct: bool,
+    /// Why the verifier gave that reward.
+    pub reason: String,
 }
 
 /// Evaluates `model` on the first `s.prompts` examples of the task's test split.
@@ -44,6 +62,15 @@ pub fn evaluate(
     task: &dyn Task,
     s: &EvalSettings,
 ) -> Result<EvalResult, TrainError> {
+    evaluate_with_samples(model, task, s).map(|(result, _)| result)
+}
+
+/// [`evaluate`], also returning every scored response in problem order.
+pub fn evaluate_with_samples(
+    model: &Model,
+    task: &dyn Task,
+    s: &EvalSettings,
+) -> Result<(EvalResult, Vec<EvalSample>), TrainError> {
     let examples = task
         .examples(Split::Test, s.seed, s.prompts)
         .map_err(TrainError::data)?;
@@ -83,7 +110,7 @@ pub fn evaluate(
         any_correct[r.group] |= r.correct;
     }
     let tokens: usize = rollouts.iter().map(|r| r.response_ids.len()).sum();
-    Ok(EvalResult {
+    let result = EvalResult {
         prompts: examples.len(),
         k: s.k,
         accuracy: rollouts.iter().filter(|r| r.correct).count() as f64 / n,
@@ -91,5 +118,20 @@ pub fn evaluate(
         reward: rollouts.iter().map(|r| r.reward).sum::<f64>() / n,
         mean_len: tokens as f64 / n,
         tokens_per_s: tokens as f64 / secs.max(1e-9),
-    })
+        truncated: rollouts.iter().filter(|r| r.truncated).count() as f64 / n,
+    };
+    let samples = rollouts
+        .into_iter()
+        .map(|r| EvalSample {
+            id: examples[r.group].id.clone(),
+            prompt: examples[r.group].prompt.clone(),
+            tokens: r.response_ids.len(),
+            response: r.text,
+            truncated: r.truncated,
+            reward: r.reward,
+            correct: r.correct,
+            reason: r.reason,
+        })
+        .collect();
+    Ok((result, samples))
 }

@@ -218,6 +218,33 @@ fn bad_rule_or_task_spec_stops_before_training() {
     );
     assert_eq!(o.status.code(), Some(2));
     assert!(text(&o.stderr).contains("colour"), "{}", text(&o.stderr));
+    // A rule or task named twice would be two runs in one directory.
+    let o = fulcrum(
+        dir.path(),
+        &["compare", "--rules", "ba,token,ba", "--out", "x"],
+    );
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        text(&o.stderr).contains("named twice"),
+        "{}",
+        text(&o.stderr)
+    );
+    let o = fulcrum(
+        dir.path(),
+        &[
+            "compare",
+            "--tasks",
+            "arithmetic:difficulty=1,arithmetic:difficulty=1",
+            "--out",
+            "x",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        text(&o.stderr).contains("named twice"),
+        "{}",
+        text(&o.stderr)
+    );
     assert!(!dir.path().join("x").exists());
 }
 

@@ -21,7 +21,17 @@ pub(crate) fn copy_weights(
     source: &Path,
 ) -> Result<()> {
     tensors.retain(|name, _| !name.ends_with("rotary_emb.inv_freq"));
-    let mut variables: Vec<(String, Tensor)> = vs.variables().into_iter().collect();
+    copy_named(vs.variables().into_iter().collect(), tensors, source)
+}
+
+/// Copy each of `variables` from the tensor of the same name in `tensors` (read from `source`),
+/// converting to the variable's dtype. A variable without its tensor, a tensor of another
+/// shape, or a tensor left over is an error naming it and the file.
+pub(crate) fn copy_named(
+    mut variables: Vec<(String, Tensor)>,
+    mut tensors: HashMap<String, Tensor>,
+    source: &Path,
+) -> Result<()> {
     variables.sort_by(|a, b| a.0.cmp(&b.0));
     tch::no_grad(|| -> Result<()> {
         for (name, mut var) in variables {

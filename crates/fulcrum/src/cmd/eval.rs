@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use anyhow::{Context, Result};
 use fulcrum_model::{DeviceChoice, Model};
 use fulcrum_tasks::{create_task, TaskConfig};
-use fulcrum_train::eval::{evaluate, EvalSettings};
+use fulcrum_train::eval::{evaluate_with_samples, EvalSettings};
 
 /// Flags of `fulcrum eval`.
 #[derive(Debug, clap::Args)]
@@ -33,18 +33,40 @@ pub struct Args {
     /// Longest response in tokens.
     #[arg(long, default_value_t = 512)]
     pub max_new_tokens: usize,
-    /// Seed of the sampler.
+    #[command(flatten)]
+    pub runtime: RuntimeArgs,
+    /// Print JSON instead of the table.
+    #[arg(long)]
+    pub json: bool,
+    /// Also write every scored response (benchmark, problem id, prompt, response, tokens,
+    /// truncated, reward, correct, verifier's reason) to this JSONL file.
+    #[arg(long)]
+    pub samples: Option<std::path::PathBuf>,
+}
+
+/// Seed, device and threads: the flags `eval` and `generate` share.
+#[derive(Debug, clap::Args)]
+pub struct RuntimeArgs {
+    /// Seed of the sampler's random stream.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
-    /// cpu, cuda, cuda:N or auto.
+    /// Device: cpu, cuda, cuda:N or auto.
     #[arg(long, default_value = "cpu")]
     pub device: String,
     /// CPU threads for libtorch (0: one per core). Fewer than cores helps on a busy machine.
     #[arg(long, default_value_t = 0)]
     pub threads: usize,
-    /// Print JSON instead of the table.
-    #[arg(long)]
-    pub json: bool,
+}
+
+impl RuntimeArgs {
+    /// The device `--device` names, resolved (`auto`: CUDA when there is one).
+    pub fn device(&self) -> Result<fulcrum_model::tch::Device> {
+        let choice: DeviceChoice = self
+            .device
+            .parse()
+            .map_err(|e| anyhow::anyhow!("--device: {e}"))?;
+        Ok(choice.resolve()?)
+    }
 }
 
 /// Sets libtorch's CPU thread count (0: one per core).
@@ -77,11 +99,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
     if args.k == 0 || args.prompts == 0 {
         anyhow::bail!("--k and --prompts must be >= 1");
     }
-    let device: DeviceChoice = args
-        .device
-        .parse()
-        .map_err(|e| anyhow::anyhow!("--device: {e}"))?;
-    let device = device.resolve()?;
+    let device = args.runtime.device()?;
     // Tasks first: a bad spec or data file is reported before a slow model load.
     let specs = super::compare::grid::split_task_specs("--bench", &args.bench)?;
     let mut tasks = Vec::new();
@@ -89,7 +107,14 @@ pub fn run(args: Args) -> Result<ExitCode> {
         let cfg: TaskConfig = name.parse().with_context(|| format!("--bench {name}"))?;
         tasks.push(create_task(&cfg).with_context(|| format!("--bench {name}"))?);
     }
-    set_threads(args.threads);
+    // Created before the slow part, so that an unwritable path fails at once.
+    let mut samples_out = match &args.samples {
+        Some(p) => Some(std::io::BufWriter::new(
+            std::fs::File::create(p).with_context(|| format!("--samples {}", p.display()))?,
+        )),
+        None => None,
+    };
+    set_threads(args.runtime.threads);
     let spec = resolve_model_spec(&args.model);
     let model = Model::load(&spec, device).with_context(|| format!("loading model {spec}"))?;
     let mut rows = Vec::new();
@@ -100,12 +125,23 @@ pub fn run(args: Args) -> Result<ExitCode> {
             temperature: args.temperature,
             max_new_tokens: args.max_new_tokens,
             max_prompt_len: usize::MAX,
-            seed: args.seed,
+            seed: args.runtime.seed,
         };
         let t0 = std::time::Instant::now();
-        let r =
-            evaluate(&model, task.as_ref(), &s).with_context(|| format!("evaluating {name}"))?;
-        rows.push((name.clone(), r, t0.elapsed().as_secs_f64()));
+        let (r, samples) = evaluate_with_samples(&model, task.as_ref(), &s)
+            .with_context(|| format!("evaluating {name}"))?;
+        let secs = t0.elapsed().as_secs_f64();
+        if let (Some(out), Some(path)) = (samples_out.as_mut(), &args.samples) {
+            use std::io::Write;
+            for sample in &samples {
+                let mut line = serde_json::to_value(sample)?;
+                line["bench"] = serde_json::Value::String(name.clone());
+                writeln!(out, "{line}").with_context(|| format!("writing {}", path.display()))?;
+            }
+            out.flush()
+                .with_context(|| format!("writing {}", path.display()))?;
+        }
+        rows.push((name.clone(), r, secs));
     }
     if args.json {
         let v: Vec<_> = rows
@@ -118,13 +154,29 @@ pub fn run(args: Args) -> Result<ExitCode> {
         );
     } else {
         println!(
-            "{:<16} {:>8} {:>4} {:>10} {:>10} {:>9} {:>9} {:>8}",
-            "bench", "problems", "k", "avg@k", "pass@k", "mean len", "seconds", "tok/s"
+            "{:<16} {:>8} {:>4} {:>10} {:>10} {:>9} {:>9} {:>9} {:>8}",
+            "bench",
+            "problems",
+            "k",
+            "avg@k",
+            "pass@k",
+            "mean len",
+            "truncated",
+            "seconds",
+            "tok/s"
         );
         for (n, r, secs) in &rows {
             println!(
-                "{:<16} {:>8} {:>4} {:>10.4} {:>10.4} {:>9.1} {:>9.1} {:>8.1}",
-                n, r.prompts, r.k, r.accuracy, r.pass_at_k, r.mean_len, secs, r.tokens_per_s
+                "{:<16} {:>8} {:>4} {:>10.4} {:>10.4} {:>9.1} {:>9.3} {:>9.1} {:>8.1}",
+                n,
+                r.prompts,
+                r.k,
+                r.accuracy,
+                r.pass_at_k,
+                r.mean_len,
+                r.truncated,
+                secs,
+                r.tokens_per_s
             );
         }
     }

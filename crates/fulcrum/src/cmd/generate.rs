@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use fulcrum_model::tch::Kind;
-use fulcrum_model::{generate, DeviceChoice, Message, Model, SampleRequest, Sampling};
+use fulcrum_model::{generate, Message, Model, SampleRequest, Sampling};
 
 /// Flags of `fulcrum generate`.
 #[derive(Debug, clap::Args)]
@@ -33,23 +33,16 @@ pub struct Args {
     /// Keep only the smallest set of tokens whose probability reaches p when sampling.
     #[arg(long)]
     pub top_p: Option<f64>,
-    /// Seed of the sampler's random stream.
-    #[arg(long, default_value_t = 0)]
-    pub seed: u64,
-    /// Device: cpu, cuda, cuda:N or auto.
-    #[arg(long, default_value = "cpu")]
-    pub device: String,
-    /// CPU threads for libtorch (0: one per core). Fewer than cores helps on a busy machine.
-    #[arg(long, default_value_t = 0)]
-    pub threads: usize,
+    #[command(flatten)]
+    pub runtime: super::eval::RuntimeArgs,
     /// Run in bfloat16 (CUDA only).
     #[arg(long)]
     pub bf16: bool,
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let device = args.device.parse::<DeviceChoice>()?.resolve()?;
-    super::eval::set_threads(args.threads);
+    let device = args.runtime.device()?;
+    super::eval::set_threads(args.runtime.threads);
     if args.temperature < 0.0 {
         anyhow::bail!("--temperature must be >= 0, got {}", args.temperature);
     }
@@ -83,7 +76,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         samples_per_prompt: 1,
         max_new_tokens: args.max_new_tokens,
         sampling,
-        seed: args.seed,
+        seed: args.runtime.seed,
         stop_token_ids: model.stop_token_ids(),
         stop_strings: vec![],
     };

@@ -66,9 +66,15 @@ pub struct Args {
 
 pub fn run(args: Args) -> Result<ExitCode> {
     let base = args.source.load()?;
+    let mut named = std::collections::BTreeSet::new();
     for r in &args.rules {
-        r.parse::<fulcrum_core::Rule>()
+        let rule = r
+            .parse::<fulcrum_core::Rule>()
             .with_context(|| format!("--rules: {r:?}"))?;
+        // Two names of one rule would be two runs writing the same directory.
+        if !named.insert(rule.name()) {
+            anyhow::bail!("--rules: {r:?}: rule `{}` is named twice", rule.name());
+        }
     }
     if args.rules.is_empty() || args.seeds == 0 {
         anyhow::bail!("--rules and --seeds must name at least one rule and one seed");
@@ -84,6 +90,10 @@ pub fn run(args: Args) -> Result<ExitCode> {
     } else {
         grid::split_task_specs("--tasks", &args.tasks)?
     };
+    let mut labels = std::collections::BTreeSet::new();
+    if let Some(t) = tasks.iter().find(|t| !labels.insert(grid::task_label(t))) {
+        anyhow::bail!("--tasks: {t:?} is named twice");
+    }
     let seeds: Vec<u64> = (0..args.seeds).map(|k| base.seed + k).collect();
     if args.jobs == 0 {
         anyhow::bail!("--jobs must be at least 1");

@@ -5,7 +5,7 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use fulcrum_train::Config;
 use serde_json::{Map, Value};
 
@@ -35,7 +35,7 @@ fn read_jsonl(path: &Path) -> Result<Vec<Map<String, Value>>> {
             .with_context(|| format!("{}:{}: not JSON", path.display(), i + 1))?;
         match v {
             Value::Object(m) => out.push(m),
-            _ => anyhow::bail!("{}:{}: not a JSON object", path.display(), i + 1),
+            _ => bail!("{}:{}: not a JSON object", path.display(), i + 1),
         }
     }
     Ok(out)
@@ -45,8 +45,14 @@ impl RunData {
     /// Reads `dir` (which must hold a `config.toml`).
     pub fn load(dir: &Path) -> Result<Self> {
         let cfg_path = dir.join("config.toml");
+        if !cfg_path.is_file() {
+            bail!(
+                "{} is not a run directory: it has no config.toml",
+                dir.display()
+            );
+        }
         let config = Config::load(Some(&cfg_path), &[])
-            .with_context(|| format!("{} is not a run directory", dir.display()))?;
+            .with_context(|| format!("{}: reading the run's config", dir.display()))?;
         let steps = read_jsonl(&dir.join("metrics.jsonl"))?;
         let eval_path = dir.join("eval.jsonl");
         let mut evals = Vec::new();

@@ -65,9 +65,8 @@ pub struct RunStats {
     pub skipped_steps: usize,
     pub grad_spikes: usize,
     /// Means over the run's steps.
-    pub len_cv: Option<f64>,
-    pub len_gap: Option<f64>,
-    pub len_gap_rel: Option<f64>,
+    #[serde(flatten)]
+    pub length: LengthProfile,
     /// The +/- mass ratio of the run's own rule, mean over steps.
     pub mass_ratio: Option<f64>,
     pub wall_seconds: Option<f64>,
@@ -133,15 +132,37 @@ pub fn run_stats(task: &str, run: &RunData, th: &Thresholds) -> RunStats {
         accuracy_drop_steps: acc_c,
         skipped_steps: run.skipped_steps(),
         grad_spikes,
-        len_cv: mean_of("len/cv"),
-        len_gap: mean_of("len/gap"),
-        len_gap_rel: mean_of("len/gap_rel"),
+        length: LengthProfile {
+            len_cv: mean_of("len/cv"),
+            len_gap: mean_of("len/gap"),
+            len_gap_rel: mean_of("len/gap_rel"),
+        },
         mass_ratio: mean_of(&format!("mass_ratio/{}", run.rule())),
         wall_seconds: run
             .summary
             .as_ref()
             .and_then(|s| s.get("wall_seconds"))
             .and_then(serde_json::Value::as_f64),
+    }
+}
+
+/// The length profile of the sampled groups: within-group length CV, and the ± gap
+/// `L- − L+` in tokens and relative to the mean length.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct LengthProfile {
+    pub len_cv: Option<f64>,
+    pub len_gap: Option<f64>,
+    pub len_gap_rel: Option<f64>,
+}
+
+impl LengthProfile {
+    /// Each measure's mean over `runs` (those that have it).
+    fn mean_over(runs: &[&RunStats]) -> Self {
+        LengthProfile {
+            len_cv: stats::mean(&opt_vals(runs, |r| r.length.len_cv)),
+            len_gap: stats::mean(&opt_vals(runs, |r| r.length.len_gap)),
+            len_gap_rel: stats::mean(&opt_vals(runs, |r| r.length.len_gap_rel)),
+        }
     }
 }
 
@@ -158,9 +179,8 @@ pub struct GroupStats {
     pub collapse_steps: usize,
     pub skipped_steps: usize,
     pub grad_spikes: usize,
-    pub len_cv: Option<f64>,
-    pub len_gap: Option<f64>,
-    pub len_gap_rel: Option<f64>,
+    #[serde(flatten)]
+    pub length: LengthProfile,
     pub mass_ratio: Option<f64>,
 }
 
@@ -168,9 +188,8 @@ pub struct GroupStats {
 #[derive(Debug, Clone, Serialize)]
 pub struct Contrast {
     pub task: String,
-    pub len_cv: Option<f64>,
-    pub len_gap: Option<f64>,
-    pub len_gap_rel: Option<f64>,
+    #[serde(flatten)]
+    pub length: LengthProfile,
     /// `"a-b"` (e.g. `token-seq`): final accuracy of `a` minus `b`, paired by seed.
     pub final_accuracy_diff: BTreeMap<String, MeanCi>,
 }
@@ -242,9 +261,7 @@ pub fn summarise(
                 collapse_steps: rs.iter().map(|r| r.collapse_steps).sum(),
                 skipped_steps: rs.iter().map(|r| r.skipped_steps).sum(),
                 grad_spikes: rs.iter().map(|r| r.grad_spikes).sum(),
-                len_cv: stats::mean(&opt_vals(&rs, |r| r.len_cv)),
-                len_gap: stats::mean(&opt_vals(&rs, |r| r.len_gap)),
-                len_gap_rel: stats::mean(&opt_vals(&rs, |r| r.len_gap_rel)),
+                length: LengthProfile::mean_over(&rs),
                 mass_ratio: stats::mean(&opt_vals(&rs, |r| r.mass_ratio)),
             });
         }
@@ -258,9 +275,7 @@ pub fn summarise(
         }
         contrasts.push(Contrast {
             task: task.clone(),
-            len_cv: stats::mean(&opt_vals(&all, |r| r.len_cv)),
-            len_gap: stats::mean(&opt_vals(&all, |r| r.len_gap)),
-            len_gap_rel: stats::mean(&opt_vals(&all, |r| r.len_gap_rel)),
+            length: LengthProfile::mean_over(&all),
             final_accuracy_diff: diffs,
         });
     }
@@ -352,10 +367,10 @@ fn relations(contrasts: &[Contrast]) -> Vec<Relation> {
         .iter()
         .filter_map(|c| {
             Some((
-                c.len_cv?,
-                c.len_gap_rel?,
+                c.length.len_cv?,
+                c.length.len_gap_rel?,
                 c.final_accuracy_diff.get("token-seq")?.mean,
-                c.len_gap?,
+                c.length.len_gap?,
             ))
         })
         .collect();
@@ -413,9 +428,9 @@ pub fn table(s: &Summary) -> String {
             g.collapse_steps,
             g.skipped_steps,
             g.grad_spikes,
-            num(g.len_cv, 3),
-            num(g.len_gap, 2),
-            num(g.len_gap_rel, 3),
+            num(g.length.len_cv, 3),
+            num(g.length.len_gap, 2),
+            num(g.length.len_gap_rel, 3),
             num(g.mass_ratio, 2),
         ));
     }
@@ -439,9 +454,9 @@ pub fn table(s: &Summary) -> String {
             out.push_str(&format!(
                 "| {} | {} | {} | {} |",
                 c.task,
-                num(c.len_cv, 3),
-                num(c.len_gap, 2),
-                num(c.len_gap_rel, 3),
+                num(c.length.len_cv, 3),
+                num(c.length.len_gap, 2),
+                num(c.length.len_gap_rel, 3),
             ));
             for (a, b) in &pairs {
                 let d = c.final_accuracy_diff.get(&format!("{a}-{b}")).copied();

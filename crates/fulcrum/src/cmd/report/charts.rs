@@ -4,6 +4,7 @@
 use std::path::Path;
 
 use anyhow::{anyhow, Result};
+use plotters::coord::types::RangedCoordf64;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
@@ -28,6 +29,19 @@ pub struct Series {
     pub dash: Dash,
     pub points: Vec<(f64, f64)>,
     pub band: Vec<(f64, f64, f64)>,
+}
+
+impl Series {
+    /// A rule's solid line in the rule's colour.
+    pub fn solid(rule: &str, points: Vec<(f64, f64)>, band: Vec<(f64, f64, f64)>) -> Self {
+        Series {
+            label: rule.to_string(),
+            color: rule_color(rule),
+            dash: Dash::Solid,
+            points,
+            band,
+        }
+    }
 }
 
 /// Colours by rule, fixed so that a rule looks the same on every chart.
@@ -66,6 +80,72 @@ fn area(path: &Path) -> DrawingArea<BitMapBackend<'_>, Shift> {
     BitMapBackend::new(path, SIZE).into_drawing_area()
 }
 
+type Chart<'a, 'p> =
+    ChartContext<'a, BitMapBackend<'p>, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
+
+/// What every chart shares: white canvas, title, axes with their labels, light grid.
+fn frame<'a, 'p>(
+    root: &'a DrawingArea<BitMapBackend<'p>, Shift>,
+    path: &Path,
+    title: &str,
+    (x_label, y_label): (&str, &str),
+    (x0, x1): (f64, f64),
+    (y0, y1): (f64, f64),
+) -> Result<Chart<'a, 'p>> {
+    let err = plot_err(path);
+    root.fill(&WHITE).map_err(&err)?;
+    let mut chart = ChartBuilder::on(root)
+        .caption(title, (FAMILY, 22))
+        .margin(12)
+        .x_label_area_size(42)
+        .y_label_area_size(64)
+        .build_cartesian_2d(x0..x1, y0..y1)
+        .map_err(&err)?;
+    chart
+        .configure_mesh()
+        .x_desc(x_label)
+        .y_desc(y_label)
+        .label_style((FAMILY, 14))
+        .axis_desc_style((FAMILY, 16))
+        .light_line_style(RGBColor(235, 235, 235))
+        // `+ 0.0` turns the axis' -0 into 0.
+        .y_label_formatter(&|v| trim(*v + 0.0))
+        .x_label_formatter(&|v| trim(*v + 0.0))
+        .draw()
+        .map_err(&err)?;
+    Ok(chart)
+}
+
+/// An axis value without float noise: at most 4 significant decimals, no trailing zeros.
+fn trim(v: f64) -> String {
+    let s = format!("{v:.4}");
+    let s = s.trim_end_matches('0').trim_end_matches('.');
+    if s == "-0" {
+        "0".into()
+    } else {
+        s.into()
+    }
+}
+
+/// Draws the legend and writes the file.
+fn finish<'a, 'p: 'a>(
+    mut chart: Chart<'a, 'p>,
+    root: &DrawingArea<BitMapBackend<'p>, Shift>,
+    path: &Path,
+) -> Result<bool> {
+    let err = plot_err(path);
+    chart
+        .configure_series_labels()
+        .label_font((FAMILY, 14))
+        .background_style(WHITE.mix(0.85))
+        .border_style(RGBColor(160, 160, 160))
+        .position(SeriesLabelPosition::UpperLeft)
+        .draw()
+        .map_err(&err)?;
+    root.present().map_err(&err)?;
+    Ok(true)
+}
+
 /// A line chart over steps. Returns false (and writes nothing) when no series has a point.
 pub fn lines(
     path: &Path,
@@ -98,23 +178,7 @@ pub fn lines(
     let (y0, y1) = padded(y0, y1);
     let err = plot_err(path);
     let root = area(path);
-    root.fill(&WHITE).map_err(&err)?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(title, (FAMILY, 22))
-        .margin(12)
-        .x_label_area_size(42)
-        .y_label_area_size(64)
-        .build_cartesian_2d(x0..x1, y0..y1)
-        .map_err(&err)?;
-    chart
-        .configure_mesh()
-        .x_desc(x_label)
-        .y_desc(y_label)
-        .label_style((FAMILY, 14))
-        .axis_desc_style((FAMILY, 16))
-        .light_line_style(RGBColor(235, 235, 235))
-        .draw()
-        .map_err(&err)?;
+    let mut chart = frame(&root, path, title, (x_label, y_label), (x0, x1), (y0, y1))?;
     for s in series.iter().filter(|s| s.band.len() >= 2) {
         let mut poly: Vec<(f64, f64)> = s.band.iter().map(|b| (b.0, b.2)).collect();
         poly.extend(s.band.iter().rev().map(|b| (b.0, b.1)));
@@ -152,16 +216,7 @@ pub fn lines(
             PathElement::new(pts, color.stroke_width(width))
         });
     }
-    chart
-        .configure_series_labels()
-        .label_font((FAMILY, 14))
-        .background_style(WHITE.mix(0.85))
-        .border_style(RGBColor(160, 160, 160))
-        .position(SeriesLabelPosition::UpperLeft)
-        .draw()
-        .map_err(&err)?;
-    root.present().map_err(&err)?;
-    Ok(true)
+    finish(chart, &root, path)
 }
 
 /// A labelled point with an error bar (half-width) for the scatter.
@@ -201,23 +256,7 @@ pub fn scatter(
     let (y0, y1) = padded(y0.min(0.0), y1.max(0.0));
     let err = plot_err(path);
     let root = area(path);
-    root.fill(&WHITE).map_err(&err)?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(title, (FAMILY, 22))
-        .margin(12)
-        .x_label_area_size(42)
-        .y_label_area_size(64)
-        .build_cartesian_2d(x0..x1, y0..y1)
-        .map_err(&err)?;
-    chart
-        .configure_mesh()
-        .x_desc(x_label)
-        .y_desc(y_label)
-        .label_style((FAMILY, 14))
-        .axis_desc_style((FAMILY, 16))
-        .light_line_style(RGBColor(235, 235, 235))
-        .draw()
-        .map_err(&err)?;
+    let mut chart = frame(&root, path, title, (x_label, y_label), (x0, x1), (y0, y1))?;
     let zero = RGBColor(150, 150, 150);
     chart
         .draw_series(LineSeries::new(
@@ -264,14 +303,5 @@ pub fn scatter(
             .label(format!("fit: {a:.3} {b:+.3} x  (R² {r2:.2})"))
             .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], red.stroke_width(2)));
     }
-    chart
-        .configure_series_labels()
-        .label_font((FAMILY, 14))
-        .background_style(WHITE.mix(0.85))
-        .border_style(RGBColor(160, 160, 160))
-        .position(SeriesLabelPosition::UpperLeft)
-        .draw()
-        .map_err(&err)?;
-    root.present().map_err(&err)?;
-    Ok(true)
+    finish(chart, &root, path)
 }

@@ -161,6 +161,9 @@ fn run_task_spec(run: &RunData) -> String {
     )
 }
 
+/// What a chart reads from one run of a rule: `(step, value)` points.
+type Curve<'a> = dyn Fn(&str, &RunData) -> Vec<(f64, f64)> + 'a;
+
 /// `(x, low, high)` of a shaded band.
 type Band = (f64, f64, f64);
 
@@ -262,46 +265,28 @@ fn task_charts(src: &Source, task: &str, out: &Path) -> Result<Vec<(String, Path
         }
         Ok(())
     };
-    let per_rule = |key: &str| -> Vec<Series> {
+    // One solid line per rule (its runs' mean, with the band over seeds) of what `values` reads.
+    let per_rule_of = |values: &Curve<'_>| -> Vec<Series> {
         src.rules
             .iter()
             .map(|rule| {
-                let (points, band) = over_seeds(src.runs_of(task, rule), |r| r.series(key));
-                Series {
-                    label: rule.clone(),
-                    color: charts::rule_color(rule),
-                    dash: Dash::Solid,
-                    points,
-                    band,
-                }
+                let (points, band) = over_seeds(src.runs_of(task, rule), |r| values(rule, r));
+                Series::solid(rule, points, band)
             })
             .collect()
     };
+    let per_rule = |key: &str| per_rule_of(&|_, r| r.series(key));
     chart(
         "reward",
         format!("Mean reward per step{band_note}"),
         "reward",
         per_rule("reward/mean"),
     )?;
-    let acc: Vec<Series> = src
-        .rules
-        .iter()
-        .map(|rule| {
-            let (points, band) = over_seeds(src.runs_of(task, rule), evals);
-            Series {
-                label: rule.clone(),
-                color: charts::rule_color(rule),
-                dash: Dash::Solid,
-                points,
-                band,
-            }
-        })
-        .collect();
     chart(
         "accuracy",
         format!("Held-out accuracy (step 0: after SFT){band_note}"),
         "accuracy",
-        acc,
+        per_rule_of(&|_, r| evals(r)),
     )?;
     if src.is_compare {
         if let Some((reference, diffs)) = paired_accuracy(src, task) {
@@ -343,20 +328,7 @@ fn task_charts(src: &Source, task: &str, out: &Path) -> Result<Vec<(String, Path
         per_rule("len/gap"),
     )?;
     let mass: Vec<Series> = if src.is_compare {
-        src.rules
-            .iter()
-            .map(|rule| {
-                let key = format!("mass_ratio/{rule}");
-                let (points, band) = over_seeds(src.runs_of(task, rule), |r| r.series(&key));
-                Series {
-                    label: rule.clone(),
-                    color: charts::rule_color(rule),
-                    dash: Dash::Solid,
-                    points,
-                    band,
-                }
-            })
-            .collect()
+        per_rule_of(&|rule, r| r.series(&format!("mass_ratio/{rule}")))
     } else {
         // One run: what every rule would have done with its batches.
         Rule::ALL
@@ -364,13 +336,7 @@ fn task_charts(src: &Source, task: &str, out: &Path) -> Result<Vec<(String, Path
             .map(|rule| {
                 let key = format!("mass_ratio/{}", rule.name());
                 let (points, _) = over_seeds(src.runs.iter().map(|r| &r.1), |r| r.series(&key));
-                Series {
-                    label: rule.name().into(),
-                    color: charts::rule_color(rule.name()),
-                    dash: Dash::Solid,
-                    points,
-                    band: Vec::new(),
-                }
+                Series::solid(rule.name(), points, Vec::new())
             })
             .collect()
     };
@@ -428,9 +394,9 @@ fn study_charts(s: &Summary, out: &Path) -> Result<Vec<(String, PathBuf)>> {
             .filter_map(|(i, c)| {
                 let d = c.final_accuracy_diff.get("token-seq")?;
                 let xv = if x == "len_cv" {
-                    c.len_cv?
+                    c.length.len_cv?
                 } else {
-                    c.len_gap_rel?
+                    c.length.len_gap_rel?
                 };
                 Some(charts::Point {
                     label: format!(" S{}", i + 1),
