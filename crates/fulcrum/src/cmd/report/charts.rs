@@ -116,15 +116,19 @@ fn frame<'a, 'p>(
     Ok(chart)
 }
 
-/// An axis value without float noise: at most 4 significant decimals, no trailing zeros.
+/// An axis value without float noise: up to 4 decimals with no trailing zeros, and scientific
+/// notation for values too small or large for that (a clip fraction of 2e-5 must not read 0).
 fn trim(v: f64) -> String {
-    let s = format!("{v:.4}");
-    let s = s.trim_end_matches('0').trim_end_matches('.');
-    if s == "-0" {
-        "0".into()
-    } else {
-        s.into()
+    let a = v.abs();
+    // Tick positions computed as multiples can miss zero by rounding error.
+    if a < 1e-12 {
+        return "0".into();
     }
+    if !(1e-3..1e7).contains(&a) {
+        return format!("{v:.2e}");
+    }
+    let s = format!("{v:.4}");
+    s.trim_end_matches('0').trim_end_matches('.').to_string()
 }
 
 /// Draws the legend and writes the file.
@@ -304,4 +308,21 @@ pub fn scatter(
             .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], red.stroke_width(2)));
     }
     finish(chart, &root, path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::trim;
+
+    #[test]
+    fn axis_labels_read_as_numbers() {
+        assert_eq!(trim(-0.0), "0");
+        assert_eq!(trim(5.5e-17), "0");
+        assert_eq!(trim(10.0), "10");
+        assert_eq!(trim(0.25), "0.25");
+        assert_eq!(trim(-0.02), "-0.02");
+        assert_eq!(trim(1.0 / 3.0), "0.3333");
+        assert_eq!(trim(2e-5), "2.00e-5");
+        assert_eq!(trim(3.5e8), "3.50e8");
+    }
 }
