@@ -2,12 +2,12 @@
 //! correctness over all responses) and pass@k (prompts with at least one correct response).
 
 use fulcrum_model::{Model, Sampling};
-use fulcrum_tasks::{Split, Task};
+use fulcrum_tasks::{Example, Split, Task};
 use serde::Serialize;
 
 use crate::data::mix;
 use crate::error::TrainError;
-use crate::rollout::{sample_and_score, SampleSettings};
+use crate::rollout::{sample_and_score, Rollout, SampleSettings};
 
 /// Evaluation settings.
 #[derive(Debug, Clone, Copy)]
@@ -62,7 +62,7 @@ pub fn evaluate(
     task: &dyn Task,
     s: &EvalSettings,
 ) -> Result<EvalResult, TrainError> {
-    evaluate_with_samples(model, task, s).map(|(result, _)| result)
+    sample_and_measure(model, task, s).map(|(result, _, _)| result)
 }
 
 /// [`evaluate`], also returning every scored response in problem order.
@@ -71,6 +71,29 @@ pub fn evaluate_with_samples(
     task: &dyn Task,
     s: &EvalSettings,
 ) -> Result<(EvalResult, Vec<EvalSample>), TrainError> {
+    let (result, rollouts, examples) = sample_and_measure(model, task, s)?;
+    let samples = rollouts
+        .into_iter()
+        .map(|r| EvalSample {
+            id: examples[r.group].id.clone(),
+            prompt: examples[r.group].prompt.clone(),
+            tokens: r.response_ids.len(),
+            response: r.text,
+            truncated: r.truncated,
+            reward: r.reward,
+            correct: r.correct,
+            reason: r.reason,
+        })
+        .collect();
+    Ok((result, samples))
+}
+
+/// Samples and scores the test examples; the measures, the rollouts and their examples.
+fn sample_and_measure(
+    model: &Model,
+    task: &dyn Task,
+    s: &EvalSettings,
+) -> Result<(EvalResult, Vec<Rollout>, Vec<Example>), TrainError> {
     let examples = task
         .examples(Split::Test, s.seed, s.prompts)
         .map_err(TrainError::data)?;
@@ -120,18 +143,5 @@ pub fn evaluate_with_samples(
         tokens_per_s: tokens as f64 / secs.max(1e-9),
         truncated: rollouts.iter().filter(|r| r.truncated).count() as f64 / n,
     };
-    let samples = rollouts
-        .into_iter()
-        .map(|r| EvalSample {
-            id: examples[r.group].id.clone(),
-            prompt: examples[r.group].prompt.clone(),
-            tokens: r.response_ids.len(),
-            response: r.text,
-            truncated: r.truncated,
-            reward: r.reward,
-            correct: r.correct,
-            reason: r.reason,
-        })
-        .collect();
-    Ok((result, samples))
+    Ok((result, rollouts, examples))
 }

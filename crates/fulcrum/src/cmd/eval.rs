@@ -109,8 +109,11 @@ pub fn run(args: Args) -> Result<ExitCode> {
     }
     // Created before the slow part, so that an unwritable path fails at once.
     let mut samples_out = match &args.samples {
-        Some(p) => Some(std::io::BufWriter::new(
-            std::fs::File::create(p).with_context(|| format!("--samples {}", p.display()))?,
+        Some(p) => Some((
+            p,
+            std::io::BufWriter::new(
+                std::fs::File::create(p).with_context(|| format!("--samples {}", p.display()))?,
+            ),
         )),
         None => None,
     };
@@ -131,7 +134,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         let (r, samples) = evaluate_with_samples(&model, task.as_ref(), &s)
             .with_context(|| format!("evaluating {name}"))?;
         let secs = t0.elapsed().as_secs_f64();
-        if let (Some(out), Some(path)) = (samples_out.as_mut(), &args.samples) {
+        if let Some((path, out)) = samples_out.as_mut() {
             use std::io::Write;
             for sample in &samples {
                 let mut line = serde_json::to_value(sample)?;

@@ -47,22 +47,18 @@ pub fn split_task_specs(flag: &str, values: &[String]) -> Result<Vec<String>> {
 /// gives (the config's other task keys stay).
 pub fn task_overrides(spec: &str) -> Vec<String> {
     let (name, rest) = spec.split_once(':').unwrap_or((spec, ""));
-    let mut out = vec![format!("task.name={}", toml_string(name.trim()))];
+    let mut out = vec![format!("task.name={}", toml_quote(name.trim()))];
     for kv in rest.split(',').filter(|kv| !kv.trim().is_empty()) {
         if let Some((k, v)) = kv.split_once('=') {
             let (k, v) = (k.trim(), v.trim());
             let v = match k {
-                "path" | "reward" => toml_string(v),
+                "path" | "reward" => toml_quote(v),
                 _ => v.to_string(),
             };
             out.push(format!("task.{k}={v}"));
         }
     }
     out
-}
-
-fn toml_string(s: &str) -> String {
-    toml_quote(s)
 }
 
 /// A TOML basic string.
@@ -123,7 +119,17 @@ pub fn plan(
     out: &Path,
 ) -> Result<Vec<Cell>> {
     let mut cells = Vec::new();
+    let mut task_dirs = std::collections::BTreeSet::new();
     for task in tasks {
+        // Runs are keyed on disk by the task's label: two specs with one label would overwrite
+        // each other's runs and share a warm-up cache.
+        let dir = task_dir(out, task);
+        if !task_dirs.insert(dir.clone()) {
+            anyhow::bail!(
+                "--tasks: {task:?} is named twice (its runs would share {})",
+                dir.display()
+            );
+        }
         for seed in seeds {
             for rule in rules {
                 let mut o = sets.to_vec();
@@ -137,7 +143,7 @@ pub fn plan(
                     .with_context(|| format!("task {task:?}, rule {rule:?}, seed {seed}"))?;
                 let name = format!("{rule}-seed{seed}");
                 cfg.run_name = format!("{}-{name}", task_label(task));
-                cfg.run_dir = Some(task_dir(out, task).join(name));
+                cfg.run_dir = Some(dir.join(name));
                 cells.push(Cell {
                     task: task.clone(),
                     rule: rule.clone(),

@@ -90,10 +90,6 @@ pub fn run(args: Args) -> Result<ExitCode> {
     } else {
         grid::split_task_specs("--tasks", &args.tasks)?
     };
-    let mut labels = std::collections::BTreeSet::new();
-    if let Some(t) = tasks.iter().find(|t| !labels.insert(grid::task_label(t))) {
-        anyhow::bail!("--tasks: {t:?} is named twice");
-    }
     let seeds: Vec<u64> = (0..args.seeds).map(|k| base.seed + k).collect();
     if args.jobs == 0 {
         anyhow::bail!("--jobs must be at least 1");

@@ -108,9 +108,8 @@ fn frame<'a, 'p>(
         .label_style((FAMILY, 14))
         .axis_desc_style((FAMILY, 16))
         .light_line_style(RGBColor(235, 235, 235))
-        // `+ 0.0` turns the axis' -0 into 0.
-        .y_label_formatter(&|v| trim(*v + 0.0))
-        .x_label_formatter(&|v| trim(*v + 0.0))
+        .y_label_formatter(&|v| trim(*v))
+        .x_label_formatter(&|v| trim(*v))
         .draw()
         .map_err(&err)?;
     Ok(chart)
@@ -120,7 +119,7 @@ fn frame<'a, 'p>(
 /// notation for values too small or large for that (a clip fraction of 2e-5 must not read 0).
 fn trim(v: f64) -> String {
     let a = v.abs();
-    // Tick positions computed as multiples can miss zero by rounding error.
+    // -0, and tick positions computed as multiples that miss zero by rounding error.
     if a < 1e-12 {
         return "0".into();
     }
