@@ -208,7 +208,7 @@ fn main() -> anyhow::Result<()> {
     let smol_path = std::env::var("FULCRUM_SMOLLM2_GGUF")
         .unwrap_or_else(|_| "assets/SmolLM2-135M-Instruct.Q4_1.gguf".into());
     if !skip_smol && std::path::Path::new(&smol_path).is_file() {
-        let model = Model::load(&smol_path, device)?;
+        let model = fulcrum_model::ModelSpec::parse(&smol_path)?.load(device, 0)?;
         let tok = model.tokenizer()?;
         let text = model
             .chat_template()?

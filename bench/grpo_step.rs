@@ -14,13 +14,12 @@
 use std::path::Path;
 
 use anyhow::{bail, Context, Result};
+use fulcrum_core::SplitMix64;
 use fulcrum_model::{tch, Model};
-use fulcrum_tasks::rng::Rng;
 use fulcrum_tasks::{Example, Score, Split, Task, Verifier};
-use fulcrum_train::data::{DataPosition, DataStream};
-use fulcrum_train::run::new_optimizer;
-use fulcrum_train::step::{grpo_step, Policy};
-use fulcrum_train::Config;
+use fulcrum_train::policy::{new_optimizer, Policy};
+use fulcrum_train::step::grpo_step;
+use fulcrum_train::{Config, DataPosition, DataStream};
 use serde_json::json;
 
 /// The workload's task: `S <n digits>:` (n from 3 to 9); the answer is the sum of the digits,
@@ -38,7 +37,7 @@ impl Task for DigitSum {
         seed: u64,
         count: usize,
     ) -> fulcrum_tasks::Result<Vec<Example>> {
-        let mut rng = Rng::new(seed);
+        let mut rng = SplitMix64::seeded(seed);
         Ok((0..count)
             .map(|i| {
                 let n = rng.range(3, 9);
@@ -86,7 +85,7 @@ fn main() -> Result<()> {
     let set = |cfg: &Config, kv: &[&str]| -> Result<Config> {
         let mut table: toml::Table = toml::from_str(&cfg.to_toml())?;
         for s in kv {
-            fulcrum_train::config::apply_override(&mut table, s)?;
+            fulcrum_train::apply_override(&mut table, s)?;
         }
         Ok(Config::from_table(table, "grpo-step-bench")?)
     };
@@ -120,8 +119,9 @@ fn main() -> Result<()> {
             "optim.grad_clip=1.0",
         ],
     )?;
-    let threads = fulcrum_train::run::apply_threads(&cfg);
-    let model = Model::load(model_dir, tch::Device::Cpu)
+    let (resolved, _) = fulcrum_train::resolve_runtime(&cfg)?;
+    let threads = resolved.threads;
+    let model = Model::load_hf(Path::new(model_dir), tch::Device::Cpu)
         .with_context(|| format!("loading the bench model from {model_dir}"))?;
     if !Path::new(model_dir).join("model.safetensors").exists() {
         bail!("{model_dir} is not the bench model folder (run bench/trl_grpo_step.py --build)");
@@ -149,13 +149,12 @@ fn main() -> Result<()> {
             continue;
         }
         let m = &report.metrics;
-        let get = |k: &str| m.get(k).and_then(|v| v.as_f64()).unwrap_or(f64::NAN);
         step_s.push(secs);
-        sample_s.push(get("time/sample"));
-        score_s.push(get("time/score"));
-        train_s.push(get("time/train"));
-        tokens += get("sample/tokens");
-        reward += get("reward/mean");
+        sample_s.push(m.time_sample);
+        score_s.push(m.time_score);
+        train_s.push(m.time_train);
+        tokens += m.sample_tokens as f64;
+        reward += m.reward_mean;
     }
     let median = |v: &[f64]| {
         let mut v = v.to_vec();

@@ -17,7 +17,7 @@ use anyhow::{bail, Context};
 use fulcrum_model::logprobs::EntropyGrad;
 use fulcrum_model::masked_logprobs::{masked_sequence_logprobs_with, MemoryOptions};
 use fulcrum_model::tch::{self, Device, Kind, Tensor};
-use fulcrum_model::{clip_grad_norm, weighted_sum, AdamW, AdamWConfig, LoraConfig, Model};
+use fulcrum_model::{clip_grad_norm, weighted_sum, AdamW, AdamWConfig, LoraConfig};
 use serde_json::json;
 
 /// A `/proc/self/status` field in bytes (`VmRSS`, `VmHWM`), 0 where unavailable.
@@ -68,7 +68,7 @@ fn main() -> anyhow::Result<()> {
         .map(str::to_string)
         .collect();
 
-    let mut model = Model::load(&path, Device::Cpu)?;
+    let mut model = fulcrum_model::ModelSpec::parse(&path)?.load(Device::Cpu, 0)?;
     let total_params: i64 = model
         .var_store()
         .variables()

@@ -6,46 +6,29 @@
 
 use crate::batch::dense_group_index;
 use crate::error::{check_finite, check_len, check_lengths};
-use crate::names::parse_name;
 use crate::CoreError;
 use std::hash::Hash;
 
 /// `eps` in the `grpo` denominator.
 pub const GRPO_EPS: f64 = 1e-6;
 
-/// An advantage estimator, spelled as in the spec.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub enum Estimator {
-    /// `grpo` (default): `(R_i - mean_g R) / (std_g R + eps)`, std with Bessel's correction.
-    #[default]
-    Grpo,
-    /// `mean`: `R_i - mean_g R` (Dr. GRPO).
-    Mean,
-    /// `rloo`: `R_i - mean_{j != i} R_j` (leave-one-out baseline).
-    Rloo,
-    /// `opo`: `R_i - sum_j L_j R_j / sum_j L_j` (length-weighted baseline).
-    Opo,
+crate::closed_set! {
+    /// An advantage estimator, spelled as in the spec.
+    #[derive(Default)]
+    pub enum Estimator("advantage estimator") {
+        /// `grpo` (default): `(R_i - mean_g R) / (std_g R + eps)`, std with Bessel's correction.
+        #[default]
+        Grpo = "grpo",
+        /// `mean`: `R_i - mean_g R` (Dr. GRPO).
+        Mean = "mean",
+        /// `rloo`: `R_i - mean_{j != i} R_j` (leave-one-out baseline).
+        Rloo = "rloo",
+        /// `opo`: `R_i - sum_j L_j R_j / sum_j L_j` (length-weighted baseline).
+        Opo = "opo",
+    }
 }
 
 impl Estimator {
-    /// Every estimator, in the spec's order.
-    pub const ALL: [Estimator; 4] = [
-        Estimator::Grpo,
-        Estimator::Mean,
-        Estimator::Rloo,
-        Estimator::Opo,
-    ];
-
-    /// The spec's name of the estimator.
-    pub fn name(self) -> &'static str {
-        match self {
-            Estimator::Grpo => "grpo",
-            Estimator::Mean => "mean",
-            Estimator::Rloo => "rloo",
-            Estimator::Opo => "opo",
-        }
-    }
-
     /// Advantages of one group's responses (`rewards[k]`, `lengths[k]` of its `k`-th member).
     fn group(self, rewards: &[f64], lengths: &[f64]) -> Vec<f64> {
         let n = rewards.len();
@@ -80,23 +63,6 @@ impl Estimator {
                 rewards.iter().map(|r| r - baseline).collect()
             }
         }
-    }
-}
-
-impl std::str::FromStr for Estimator {
-    type Err = CoreError;
-    fn from_str(s: &str) -> Result<Self, CoreError> {
-        parse_name(
-            "advantage estimator",
-            s,
-            &Estimator::ALL.map(|e| (e.name(), e)),
-        )
-    }
-}
-
-impl std::fmt::Display for Estimator {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
     }
 }
 
@@ -151,7 +117,7 @@ mod tests {
 
     #[test]
     fn singleton_and_all_equal_groups_get_exact_zero() {
-        for e in Estimator::ALL {
+        for &e in Estimator::ALL {
             // 0.1 * 3 is not exactly 0.3: a naive (R - mean) / (std + eps) would blow this up.
             let a = compute(e, &[0, 0, 0, 1], &[0.1, 0.1, 0.1, 5.0], &[3, 4, 5, 6]).unwrap();
             assert_eq!(a, vec![0.0; 4], "{e}");

@@ -42,7 +42,7 @@ pub struct LengthDiagnostics {
 }
 
 /// What one rule does to the batch: how much push each side gets.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, serde::Deserialize)]
 pub struct RuleMass {
     /// `sum_{A_i > 0} w_i L_i |A_i|`.
     pub mass_pos: f64,

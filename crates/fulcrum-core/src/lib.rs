@@ -1,13 +1,16 @@
 //! fulcrum-core: the exact mathematics of one GRPO-style update, on plain slices.
 //!
-//! This crate owns what `shared/spec/aggregation.md` specifies and nothing else:
+//! This crate owns what `shared/spec/aggregation.md` specifies, plus the two small things every
+//! other crate shares (names of closed sets, the random generator), and nothing else:
 //!
 //! - [`rules`]: every aggregation rule (`token`, `token-group`, `seq`, `seq-sum`, `drgrpo`,
 //!   `ba`, `ba-batch`) as a per-response weight function of the **whole step batch**;
 //! - [`advantages`]: the group-relative advantage estimators (`grpo`, `mean`, `rloo`, `opo`);
 //! - [`ppo_loss`]: the per-token PPO loss with asymmetric clip and dual clip, and its statistics;
 //! - [`diagnostics`]: the length, group-mix and per-rule mass diagnostics of the spec;
-//! - [`stats`]: the few small statistics the rest needs.
+//! - [`stats`]: the few small statistics the rest needs;
+//! - [`names`]: the closed sets' one spelling ([`closed_set!`]), with "did you mean" errors;
+//! - [`rng`]: SplitMix64 and the seed derivations every crate of fulcrum draws from.
 //!
 //! It has no tensor library and no micro-batch type: weights are a function of the whole batch,
 //! so a loss that depends on how the batch was split cannot be written with this API.
@@ -32,17 +35,22 @@ pub mod advantages;
 mod batch;
 pub mod diagnostics;
 mod error;
-mod names;
+pub mod names;
 pub mod ppo_loss;
+pub mod rng;
 pub mod rules;
-mod serde_names;
 pub mod stats;
+
+/// serde, for the implementations that [`closed_set!`] writes in other crates.
+#[doc(hidden)]
+pub use serde as __serde;
 
 pub use advantages::Estimator;
 pub use batch::StepBatch;
 pub use diagnostics::{Diagnostics, LengthDiagnostics, RuleMass};
 pub use error::CoreError;
-pub use ppo_loss::{ClipParams, ClipStats, TokenLoss};
+pub use ppo_loss::{ClipParams, ClipStats, KlEstimator, TokenLoss};
+pub use rng::SplitMix64;
 pub use rules::{BaCount, Rule, RuleParams};
 
 /// The aggregated loss `J = sum_i w_i * sum_t l_{i,t}` (spec: "Every aggregation rule is linear

@@ -176,6 +176,28 @@ impl ClipStats {
     }
 }
 
+crate::closed_set! {
+    /// How the per-token KL to the reference policy is estimated (Schulman's k1 and k3).
+    #[derive(Default)]
+    pub enum KlEstimator("kl estimator") {
+        /// [`kl_k1`].
+        K1 = "k1",
+        /// [`kl_k3`] (default).
+        #[default]
+        K3 = "k3",
+    }
+}
+
+impl KlEstimator {
+    /// The estimate for one token.
+    pub fn estimate(self, logp: f64, logp_ref: f64) -> f64 {
+        match self {
+            KlEstimator::K1 => kl_k1(logp, logp_ref),
+            KlEstimator::K3 => kl_k3(logp, logp_ref),
+        }
+    }
+}
+
 /// `k1 = logp - logp_ref`: the unbiased, high-variance KL estimator.
 pub fn kl_k1(logp: f64, logp_ref: f64) -> f64 {
     logp - logp_ref

@@ -7,53 +7,29 @@
 //!
 //! A response with `L_i = 0` always gets `w_i = 0`; no rule divides by zero.
 
-use crate::names::parse_name;
 use crate::{CoreError, StepBatch};
 
-/// An aggregation rule, spelled as in the spec everywhere (config, CLI, metrics, plots).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Rule {
-    /// `token`: verl `token-mean`, TRL `dapo`.
-    Token,
-    /// `token-group`: the DAPO paper's per-group token mean.
-    TokenGroup,
-    /// `seq`: GRPO, verl `seq-mean-token-mean`, TRL `grpo`.
-    Seq,
-    /// `seq-sum`: verl `seq-mean-token-sum`.
-    SeqSum,
-    /// `drgrpo`: Dr. GRPO, verl `seq-mean-token-sum-norm`, TRL `dr_grpo`.
-    DrGrpo,
-    /// `ba`: Balanced Aggregation within each group (the default rule).
-    Ba,
-    /// `ba-batch`: Balanced Aggregation over the whole batch.
-    BaBatch,
+crate::closed_set! {
+    /// An aggregation rule, spelled as in the spec everywhere (config, CLI, metrics, plots).
+    pub enum Rule("rule") {
+        /// `token`: verl `token-mean`, TRL `dapo`.
+        Token = "token",
+        /// `token-group`: the DAPO paper's per-group token mean.
+        TokenGroup = "token-group",
+        /// `seq`: GRPO, verl `seq-mean-token-mean`, TRL `grpo`.
+        Seq = "seq",
+        /// `seq-sum`: verl `seq-mean-token-sum`.
+        SeqSum = "seq-sum",
+        /// `drgrpo`: Dr. GRPO, verl `seq-mean-token-sum-norm`, TRL `dr_grpo`.
+        DrGrpo = "drgrpo",
+        /// `ba`: Balanced Aggregation within each group (the default rule).
+        Ba = "ba",
+        /// `ba-batch`: Balanced Aggregation over the whole batch.
+        BaBatch = "ba-batch",
+    }
 }
 
 impl Rule {
-    /// Every rule, in the spec's order.
-    pub const ALL: [Rule; 7] = [
-        Rule::Token,
-        Rule::TokenGroup,
-        Rule::Seq,
-        Rule::SeqSum,
-        Rule::DrGrpo,
-        Rule::Ba,
-        Rule::BaBatch,
-    ];
-
-    /// The spec's name of the rule.
-    pub fn name(self) -> &'static str {
-        match self {
-            Rule::Token => "token",
-            Rule::TokenGroup => "token-group",
-            Rule::Seq => "seq",
-            Rule::SeqSum => "seq-sum",
-            Rule::DrGrpo => "drgrpo",
-            Rule::Ba => "ba",
-            Rule::BaBatch => "ba-batch",
-        }
-    }
-
     /// Per-response weights of this rule for the whole step batch.
     pub fn weights(self, batch: &StepBatch, params: &RuleParams) -> Vec<f64> {
         match self {
@@ -68,52 +44,15 @@ impl Rule {
     }
 }
 
-impl std::str::FromStr for Rule {
-    type Err = CoreError;
-    fn from_str(s: &str) -> Result<Self, CoreError> {
-        parse_name("rule", s, &Rule::ALL.map(|r| (r.name(), r)))
-    }
-}
-
-impl std::fmt::Display for Rule {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-/// BA's `W_g`: the count that the two subset weights divide by.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub enum BaCount {
-    /// `group` (default): `W_g = G_g`, the responses of the group with `L_i > 0`.
-    #[default]
-    Group,
-    /// `signed`: `W_g = n+_g + n-_g`, only the responses with a non-zero advantage.
-    Signed,
-}
-
-impl BaCount {
-    /// Both settings.
-    pub const ALL: [BaCount; 2] = [BaCount::Group, BaCount::Signed];
-
-    /// The spec's name of the setting.
-    pub fn name(self) -> &'static str {
-        match self {
-            BaCount::Group => "group",
-            BaCount::Signed => "signed",
-        }
-    }
-}
-
-impl std::str::FromStr for BaCount {
-    type Err = CoreError;
-    fn from_str(s: &str) -> Result<Self, CoreError> {
-        parse_name("ba count", s, &BaCount::ALL.map(|c| (c.name(), c)))
-    }
-}
-
-impl std::fmt::Display for BaCount {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
+crate::closed_set! {
+    /// BA's `W_g`: the count that the two subset weights divide by.
+    #[derive(Default)]
+    pub enum BaCount("ba count") {
+        /// `group` (default): `W_g = G_g`, the responses of the group with `L_i > 0`.
+        #[default]
+        Group = "group",
+        /// `signed`: `W_g = n+_g + n-_g`, only the responses with a non-zero advantage.
+        Signed = "signed",
     }
 }
 
@@ -330,7 +269,7 @@ mod tests {
 
     #[test]
     fn rule_names_round_trip() {
-        for r in Rule::ALL {
+        for &r in Rule::ALL {
             assert_eq!(r.name().parse::<Rule>(), Ok(r));
         }
         assert!("ba_batch".parse::<Rule>().is_err());
@@ -339,7 +278,7 @@ mod tests {
     #[test]
     fn zero_length_response_gets_zero_weight_under_every_rule() {
         let b = batch(&[0, 0, 0], &[0, 4, 6], &[1.0, 1.0, -2.0]);
-        for r in Rule::ALL {
+        for &r in Rule::ALL {
             let w = r.weights(&b, &RuleParams::default());
             assert_eq!(w[0], 0.0, "{r}");
             assert!(w.iter().all(|x| x.is_finite()), "{r}");
@@ -349,7 +288,7 @@ mod tests {
     #[test]
     fn all_empty_batch_has_zero_weights_not_nan() {
         let b = batch(&[0, 1], &[0, 0], &[1.0, -1.0]);
-        for r in Rule::ALL {
+        for &r in Rule::ALL {
             assert_eq!(r.weights(&b, &RuleParams::default()), vec![0.0, 0.0], "{r}");
         }
     }

@@ -212,7 +212,7 @@ proptest! {
             prop_assert_eq!(adv[i], 0.0);
             prop_assert!(losses[i].iter().all(|l| *l == 0.0));
         }
-        for rule in Rule::ALL {
+        for &rule in Rule::ALL {
             let w = rule.weights(&batch, &RuleParams { ba_count: count, l_norm: 64.0 });
             let only_g: Vec<f64> = (0..w.len()).map(|i| if r.groups[i] == g { w[i] } else { 0.0 }).collect();
             prop_assert_eq!(weighted_loss(&only_g, &losses).unwrap(), 0.0);
@@ -231,7 +231,7 @@ proptest! {
         let clip = ClipParams::default();
         let (new, old) = logprobs(&r.lengths, seed);
         let assign: Vec<usize> = (0..n).map(|i| (splitmix(assign_seed ^ i as u64) % parts as u64) as usize).collect();
-        for rule in Rule::ALL {
+        for &rule in Rule::ALL {
             let w = rule.weights(&batch, &RuleParams { ba_count: count, l_norm: 300.0 });
             let mut full_grad = vec![];
             let mut full_losses = vec![];
@@ -294,8 +294,8 @@ fn zero_length_responses_never_divide_by_zero() {
         vec![(0.5, 0)],
     ]);
     let (batch, _) = r.batch(Estimator::Grpo);
-    for rule in Rule::ALL {
-        for count in BaCount::ALL {
+    for &rule in Rule::ALL {
+        for &count in BaCount::ALL {
             let w = rule.weights(
                 &batch,
                 &RuleParams {
@@ -316,11 +316,9 @@ fn zero_length_responses_never_divide_by_zero() {
     }
 }
 
-fn splitmix(mut x: u64) -> u64 {
-    x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    x ^ (x >> 31)
+/// The first output of SplitMix64 from state `x`.
+fn splitmix(x: u64) -> u64 {
+    fulcrum_core::SplitMix64::new(x).next_u64()
 }
 
 /// Deterministic pseudo-random `(logp_new, logp_old)` per response, ratios both inside and

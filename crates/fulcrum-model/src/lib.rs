@@ -1,37 +1,55 @@
 //! fulcrum-model: the policy that samples responses and learns.
 //!
-//! One decoder-only transformer ([`transformer::Transformer`]) on libtorch through `tch`,
-//! configured for Llama, Qwen2/2.5 and Qwen3 ([`config::ModelConfig`]); [`Model`] bundles it
-//! with its tokenizer and chat template and loads HF folders and GGUF files; a KV-cache batched
-//! sampler; per-token log-probabilities for training; AdamW; checkpoints as safetensors.
+//! One decoder-only transformer on libtorch through `tch`, configured for Llama, Qwen2/2.5 and
+//! Qwen3. The façade is [`Model`] (a transformer with its tokenizer and chat template), how to
+//! name one ([`ModelSpec`]: `tiny`, HF folder, GGUF file, run directory), where it runs
+//! ([`Runtime`], [`DeviceChoice`], [`Dtype`]), sampling ([`generate`]), log-probabilities,
+//! [`AdamW`], and the model's and optimizer's files of a checkpoint. Modules, bottom up:
+//!
+//! - `config`: [`ModelConfig`] from HF `config.json` or GGUF metadata;
+//! - `linear`: the linear layer and its LoRA adapter; `transformer`: the network (RmsNorm,
+//!   attention with RoPE, SwiGLU, layers); `kv_cache`: the sampler's cache; `lora`: attaching,
+//!   saving and merging adapters;
+//! - `load` (HF folders, GGUF files), `tokenizer`, `chat_template`, `model`, `spec`;
+//! - `sampler`: the KV-cache batched sampler; `logprobs` and `masked_logprobs`: per-token
+//!   log-probabilities and entropy for training (the LM head only on response positions);
+//! - `optim`: AdamW, gradient clipping, learning-rate schedules; `checkpoint`: model and
+//!   optimizer files (the trainer owns the checkpoint directory, its version and metadata);
+//! - `runtime`: device, dtype, threads; `error`: [`ModelError`].
+//!
+//! Random streams come from `fulcrum_core::SplitMix64`; libtorch's own generator only draws
+//! initial weights, under a process-wide lock.
 pub mod chat_template;
 pub mod checkpoint;
 pub mod config;
-pub mod device;
 pub mod error;
 pub mod kv_cache;
+pub mod linear;
 pub mod load;
 pub mod logprobs;
 pub mod lora;
 pub mod masked_logprobs;
 pub mod model;
 pub mod optim;
-pub mod rng;
+pub mod runtime;
 pub mod sampler;
+pub mod spec;
 pub mod tokenizer;
+mod torch_seed;
 pub mod transformer;
 
 pub use chat_template::{ChatTemplate, Message};
 pub use config::{Arch, ModelConfig};
-pub use device::DeviceChoice;
 pub use error::{ModelError, Result};
 pub use logprobs::{sequence_logprobs, token_logprobs, weighted_sum, TokenLogprobs};
-pub use lora::LoraConfig;
+pub use lora::{InvalidLora, LoraConfig};
 pub use model::Model;
+pub use runtime::{DeviceChoice, Dtype, Runtime};
 pub use sampler::{generate, Completion, Finish, SampleRequest, Sampling};
+pub use spec::ModelSpec;
 pub use tokenizer::Tokenizer;
 
-pub use checkpoint::{load_model, load_optimizer, save_checkpoint};
+pub use checkpoint::{load_model, load_optimizer, save_model_and_optimizer};
 pub use optim::{clip_grad_norm, grad_norm, grads_are_finite, AdamW, AdamWConfig, LrSchedule};
 /// libtorch bindings, re-exported so that dependants use the same `tch` (devices, kinds, tensors).
 pub use tch;

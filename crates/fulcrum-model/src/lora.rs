@@ -23,6 +23,7 @@ use tch::nn::VarStore;
 use tch::Tensor;
 
 use crate::error::{ModelError, Result, TorchContext};
+use crate::linear::Adapter;
 use crate::transformer::Transformer;
 
 /// The projections an adapter may target (HF names of the linear layers).
@@ -58,48 +59,43 @@ impl LoraConfig {
         self.alpha / self.rank as f64
     }
 
-    /// Range and name checks; the message names the field.
-    pub fn validate(&self) -> std::result::Result<(), String> {
+    /// Range and name checks: the field at fault and why.
+    pub fn validate(&self) -> std::result::Result<(), InvalidLora> {
+        let bad = |field, reason: String| Err(InvalidLora { field, reason });
         if self.rank < 1 {
-            return Err(format!("rank: must be >= 1, got {}", self.rank));
+            return bad("rank", format!("must be >= 1, got {}", self.rank));
         }
         if !(self.alpha > 0.0 && self.alpha.is_finite()) {
-            return Err(format!("alpha: must be finite and > 0, got {}", self.alpha));
+            return bad(
+                "alpha",
+                format!("must be finite and > 0, got {}", self.alpha),
+            );
         }
         if self.targets.is_empty() {
-            return Err(format!("targets: empty; valid: {}", TARGETS.join(", ")));
+            return bad("targets", format!("empty; valid: {}", TARGETS.join(", ")));
         }
         for t in &self.targets {
             if !TARGETS.contains(&t.as_str()) {
-                return Err(format!(
-                    "targets: unknown projection {t:?}; valid: {}",
-                    TARGETS.join(", ")
-                ));
+                return bad(
+                    "targets",
+                    format!("unknown projection {t:?}; valid: {}", TARGETS.join(", ")),
+                );
             }
         }
         Ok(())
     }
 }
 
-/// One adapter: the trainable pair `(A, B)` and its scale.
-#[derive(Debug)]
-pub struct Adapter {
-    a: Tensor,
-    b: Tensor,
-    scale: f64,
+/// A LoRA setting that is out of range: which field of `model.lora` and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InvalidLora {
+    pub field: &'static str,
+    pub reason: String,
 }
 
-impl Adapter {
-    /// `scale * (x A^T) B^T`: two thin GEMMs, never the full `[out, in]` product.
-    pub fn forward(&self, xs: &Tensor) -> Tensor {
-        xs.linear::<Tensor>(&self.a, None)
-            .linear::<Tensor>(&self.b, None)
-            * self.scale
-    }
-
-    /// `scale * B A`, the update folded into the weight when merging.
-    pub fn delta(&self) -> Tensor {
-        self.b.matmul(&self.a) * self.scale
+impl std::fmt::Display for InvalidLora {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.field, self.reason)
     }
 }
 
@@ -107,13 +103,13 @@ impl Adapter {
 /// Returns the number of trainable adapter parameters.
 pub fn attach(vs: &VarStore, net: &mut Transformer, cfg: &LoraConfig) -> Result<i64> {
     cfg.validate()
-        .map_err(|m| ModelError::Invalid(format!("lora.{m}")))?;
+        .map_err(|e| ModelError::Invalid(format!("lora.{e}")))?;
     for (_, var) in vs.variables() {
         let _ = var.set_requires_grad(false);
     }
     let mut trainable = 0;
     // The A matrices draw from libtorch's global generator.
-    let _rng = crate::rng::torch_rng_lock();
+    let _rng = crate::torch_seed::torch_rng_lock();
     for (name, linear) in net.linears_mut() {
         let short = name.rsplit('.').next().unwrap_or_default();
         if !cfg.targets.iter().any(|t| t == short) {
@@ -140,11 +136,7 @@ pub fn attach(vs: &VarStore, net: &mut Transformer, cfg: &LoraConfig) -> Result<
         );
         let b = p.var("lora_B", &[out_dim, cfg.rank], tch::nn::Init::Const(0.0));
         trainable += cfg.rank * (in_dim + out_dim);
-        linear.set_adapter(Adapter {
-            a,
-            b,
-            scale: cfg.scale(),
-        });
+        linear.set_adapter(Adapter::new(a, b, cfg.scale()));
     }
     if trainable == 0 {
         return Err(ModelError::Invalid(format!(
@@ -193,10 +185,10 @@ pub fn read_config(dir: &Path) -> Result<Option<LoraConfig>> {
         path: path.clone(),
         message: e.to_string(),
     })?;
-    cfg.validate().map_err(|m| ModelError::Config {
+    cfg.validate().map_err(|e| ModelError::Config {
         path: path.clone(),
-        field: m.split(':').next().unwrap_or_default().to_string(),
-        message: m,
+        field: e.field.to_string(),
+        message: e.to_string(),
     })?;
     Ok(Some(cfg))
 }

@@ -1,5 +1,6 @@
 //! [`Model`]: a transformer with its VarStore, tokenizer and chat template; how to get one
-//! (built-in `tiny`, an HF folder, a GGUF file) and how to write it as an HF folder.
+//! (built-in `tiny`, an HF folder, a GGUF file; `spec.rs` picks among them from what a user
+//! names) and how to write it as an HF folder.
 
 use std::path::Path;
 
@@ -38,7 +39,7 @@ impl Model {
     /// A randomly initialised model. libtorch's global generator is seeded with `seed` first,
     /// so the same seed gives the same weights.
     pub fn random(cfg: &ModelConfig, device: Device, seed: u64) -> Self {
-        let _rng = crate::rng::torch_rng_lock();
+        let _rng = crate::torch_seed::torch_rng_lock();
         tch::manual_seed(seed as i64);
         let vs = VarStore::new(device);
         let net = Transformer::new(&vs.root(), cfg);
@@ -62,31 +63,6 @@ impl Model {
         let mut model = Model::random(&ModelConfig::tiny(vocab, eos), device, seed);
         model.tokenizer = Some(tokenizer);
         Ok(model)
-    }
-
-    /// Load `spec`: `tiny` (random, seed 0), an HF folder, or a `.gguf` file.
-    pub fn load(spec: &str, device: Device) -> Result<Self> {
-        if spec == "tiny" {
-            return Model::tiny(device, 0);
-        }
-        let path = Path::new(spec);
-        if path.is_dir() {
-            Model::load_hf(path, device)
-        } else if path
-            .extension()
-            .is_some_and(|e| e.eq_ignore_ascii_case("gguf"))
-        {
-            Model::load_gguf(path, device)
-        } else if path.exists() {
-            Err(ModelError::Invalid(format!(
-                "{spec}: expected `tiny`, an HF model folder or a .gguf file"
-            )))
-        } else {
-            Err(ModelError::io(
-                path,
-                std::io::Error::new(std::io::ErrorKind::NotFound, "no such file or folder"),
-            ))
-        }
     }
 
     /// Load an HF folder (see `load/hf.rs`).

@@ -16,9 +16,9 @@ use tch::{Kind, Tensor};
 
 use crate::error::{ModelError, Result, TorchContext};
 use crate::kv_cache::KvCache;
-use crate::rng::SplitMix64;
 use crate::tokenizer::Tokenizer;
 use crate::transformer::{AttnMask, Transformer};
+use fulcrum_core::SplitMix64;
 
 /// How the next token is chosen.
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -1,6 +1,6 @@
 //! The decoder-only transformer: Llama, Qwen2/2.5 and Qwen3 in one implementation.
 //!
-//! Built bottom-up (RmsNorm, Linear, Mlp, Attention, DecoderLayer, Transformer); every parameter
+//! Built bottom-up (RmsNorm, [`Linear`](crate::linear::Linear) from `linear.rs`, Mlp, Attention, DecoderLayer, Transformer); every parameter
 //! is created under its HF name (`model.layers.3.self_attn.q_proj.weight`, ...), so loading is a
 //! name-for-name copy. The differences between families are config fields: q/k/v biases,
 //! per-head q/k RMSNorm (Qwen3), explicit head dimension, tied LM head, RoPE base.
@@ -14,10 +14,7 @@ use tch::{Device, Kind, Tensor};
 use crate::config::ModelConfig;
 use crate::error::{ModelError, Result, TorchContext};
 use crate::kv_cache::KvCache;
-use crate::lora::Adapter;
-
-/// Standard deviation of the random initialisation (as HF's `initializer_range`).
-const INIT_STD: f64 = 0.02;
+use crate::linear::{Linear, INIT_STD};
 
 /// Root-mean-square normalisation with a learned scale.
 #[derive(Debug)]
@@ -37,51 +34,6 @@ impl RmsNorm {
     pub fn forward(&self, xs: &Tensor) -> Tensor {
         let dim = *xs.size().last().unwrap_or(&0);
         xs.rms_norm([dim], Some(&self.weight), self.eps)
-    }
-}
-
-/// `y = x W^T + b`, weight `[out, in]` as in HF checkpoints, plus an optional LoRA adapter's
-/// low-rank term (`lora.rs`).
-#[derive(Debug)]
-pub struct Linear {
-    weight: Tensor,
-    bias: Option<Tensor>,
-    adapter: Option<Adapter>,
-}
-
-impl Linear {
-    pub fn new(p: nn::Path, in_dim: i64, out_dim: i64, bias: bool) -> Self {
-        let init = Init::Randn {
-            mean: 0.0,
-            stdev: INIT_STD,
-        };
-        Linear {
-            weight: p.var("weight", &[out_dim, in_dim], init),
-            bias: bias.then(|| p.var("bias", &[out_dim], Init::Const(0.0))),
-            adapter: None,
-        }
-    }
-
-    pub fn forward(&self, xs: &Tensor) -> Tensor {
-        let ys = xs.linear(&self.weight, self.bias.as_ref());
-        match &self.adapter {
-            Some(a) => ys + a.forward(xs),
-            None => ys,
-        }
-    }
-
-    /// `(out, in)`.
-    pub fn shape(&self) -> (i64, i64) {
-        let s = self.weight.size();
-        (s[0], s[1])
-    }
-
-    pub fn adapter(&self) -> Option<&Adapter> {
-        self.adapter.as_ref()
-    }
-
-    pub(crate) fn set_adapter(&mut self, adapter: Adapter) {
-        self.adapter = Some(adapter);
     }
 }
 

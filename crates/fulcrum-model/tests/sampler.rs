@@ -209,7 +209,7 @@ fn top_p_keeps_only_the_nucleus() -> anyhow::Result<()> {
         top_k: None,
         top_p: Some(0.9),
     };
-    let mut rngs = vec![fulcrum_model::rng::SplitMix64::new(1)];
+    let mut rngs = vec![fulcrum_core::SplitMix64::new(1)];
     for _ in 0..200 {
         let (tok, _) = fulcrum_model::sampler::sample_next(&logits, sampling, &mut rngs)?;
         assert!(tok.int64_value(&[0]) < 2);

@@ -133,12 +133,11 @@ fn a_checkpoint_restores_model_and_optimizer_so_training_continues_identically(
     train(&model, &mut opt, 3)?;
     let dir = std::env::temp_dir().join(format!("fulcrum-ckpt-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    fulcrum_model::save_checkpoint(&dir, &model, &opt, serde_json::json!({"data_position": 7}))?;
-    assert!(fulcrum_model::save_checkpoint(&dir, &model, &opt, serde_json::Value::Null).is_err());
+    let step = fulcrum_model::save_model_and_optimizer(&dir, &model, &opt)?;
+    assert_eq!(step, 3);
     let restored = fulcrum_model::load_model(&dir, Device::Cpu)?;
     let mut opt2 = AdamW::new(restored.var_store(), opt.config);
-    let trainer = fulcrum_model::load_optimizer(&dir, &mut opt2)?;
-    assert_eq!(trainer["data_position"], 7);
+    fulcrum_model::load_optimizer(&dir, &mut opt2, step)?;
     assert_eq!(opt2.step_count(), 3);
     let a = train(&model, &mut opt, 2)?;
     let b = train(&restored, &mut opt2, 2)?;

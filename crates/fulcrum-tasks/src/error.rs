@@ -31,13 +31,10 @@ pub enum TaskError {
     Format { path: PathBuf, problem: String },
 
     // --- names and settings ---
-    /// A task, benchmark, verifier or format name that does not exist.
-    #[error("unknown {kind} \"{name}\"\nvalid {kind}s: {valid}")]
-    UnknownName {
-        kind: &'static str,
-        name: String,
-        valid: String,
-    },
+    /// A name that is not one of a closed set (task, family, verifier, format, reward mode),
+    /// with every valid name and the nearest one (from fulcrum-core's names).
+    #[error(transparent)]
+    Core(#[from] fulcrum_core::CoreError),
     /// A task setting that is out of range or malformed.
     #[error("task setting {key}: {problem}")]
     Setting { key: String, problem: String },

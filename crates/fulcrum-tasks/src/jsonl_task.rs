@@ -15,10 +15,9 @@ use std::sync::OnceLock;
 use crate::code::CodeRunner;
 use crate::data::{load_strict, Format};
 use crate::error::Result;
-use crate::rng::Rng;
-use crate::score_file::{score_requests, ScoreRequest};
-use crate::task::{Example, Score, Split, Task};
-use crate::verify::{score_response, RewardMode, Verifier};
+use crate::task::{Example, Split, Task};
+use crate::verify::{score_requests, score_response, RewardMode, Score, ScoreRequest, Verifier};
+use fulcrum_core::SplitMix64;
 
 /// Examples from a file, scored by each example's verifier.
 #[derive(Debug)]
@@ -66,7 +65,7 @@ impl JsonlTask {
 /// The examples of a fixed list in seeded order, cycling.
 pub fn seeded_order(examples: &[Example], seed: u64, count: usize) -> Vec<Example> {
     let mut order: Vec<usize> = (0..examples.len()).collect();
-    Rng::new(seed).shuffle(&mut order);
+    SplitMix64::seeded(seed).shuffle(&mut order);
     order
         .iter()
         .cycle()
@@ -118,7 +117,7 @@ impl Task for JsonlTask {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::task::{create_task, TaskConfig};
+    use crate::create::{create_task, TaskConfig};
 
     #[test]
     fn jsonl_task_scores_with_each_lines_verifier() -> Result<()> {

@@ -1,15 +1,22 @@
 //! `fulcrum-tasks`: everything that turns a prompt and a response into a reward, and everything
 //! that reads the prompts people train and evaluate on.
 //!
-//! - [`task`]: the [`Task`] trait ([`Task::examples`], [`Task::score`]), [`TaskConfig`] and
-//!   [`create_task`], which builds a task by name (a synthetic family, `jsonl`, or a benchmark).
-//! - [`synthetic`]: four generated families for the CPU lab, deterministic by seed, with
-//!   difficulty, length and mistake-rate knobs; [`vocab`] is their character vocabulary.
-//! - [`math`]: the math answer checker (extraction, normalisation, equivalence).
-//! - [`code`]: Python code extraction and the sandboxed runner (bubblewrap or rlimits-only).
-//! - [`verify`]: the verifiers (`math`, `exact`, `code`) and reward modes behind one function.
-//! - [`data`]: dataset readers (JSONL, JSONL.gz, JSON arrays, parquet), deduplication, the
-//!   benchmark registry.
+//! The public surface is the types re-exported here plus three modules a user reaches into:
+//!
+//! - [`Task`] (`task.rs`): the interface ([`Task::examples`], [`Task::score`]), with
+//!   [`Example`], [`Score`] and [`Split`];
+//! - [`create_task`] and [`TaskConfig`] (`create.rs`): the one factory, which knows every
+//!   implementation: a synthetic [`Family`] (`synthetic/`, four generated families for the CPU
+//!   lab, deterministic by seed, with difficulty, length and mistake-rate knobs, on the
+//!   [`CharVocab`] of `vocab.rs`), the [`JsonlTask`] on a user's file (`jsonl_task.rs`), or a
+//!   benchmark of [`data::registry`];
+//! - [`Verifier`], [`RewardMode`], [`score_response`] and the batch scorer [`score_requests`]
+//!   (`verify/`): the verifiers (`math`, `exact`, `code`) behind one function;
+//! - [`math`]: the math answer checker (extraction, normalisation, equivalence);
+//! - [`code`]: Python code extraction and the sandboxed runner;
+//! - [`data`]: dataset readers (JSONL, JSONL.gz, JSON arrays, parquet), record formats,
+//!   deduplication, the benchmark registry;
+//! - [`TaskError`] (`error.rs`): the one error type, naming file, line and field.
 //!
 //! ```
 //! use fulcrum_tasks::{create_task, Split, TaskConfig};
@@ -22,17 +29,23 @@
 
 pub mod code;
 pub mod data;
-pub mod error;
-pub mod jsonl_task;
 pub mod math;
-pub mod rng;
-pub mod score_file;
-pub mod synthetic;
-pub mod task;
-pub mod verify;
-pub mod vocab;
 
+mod create;
+mod error;
+mod jsonl_task;
+mod synthetic;
+mod task;
+mod verify;
+mod vocab;
+
+pub use create::{create_task, expand_data_file, is_data_file, TaskConfig, TASK_NAMES};
 pub use error::{Result, TaskError};
-pub use task::{create_task, Example, Score, Split, Task, TaskConfig};
-pub use verify::{score_response, RewardMode, Verifier};
+pub use jsonl_task::JsonlTask;
+pub use synthetic::{Family, SyntheticTask};
+pub use task::{Example, Split, Task};
+pub use verify::{
+    parse_request, parse_requests, score_requests, score_response, RewardMode, Score, ScoreRequest,
+    Verifier,
+};
 pub use vocab::CharVocab;

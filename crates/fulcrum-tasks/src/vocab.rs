@@ -13,20 +13,20 @@ pub const SPECIALS: [&str; 4] = ["<pad>", "<bos>", "<eos>", "<unk>"];
 pub const CHARS: &str =
     "\n 0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ+-*/=()[],.:;?!<>#'_|";
 
-/// The id of `<pad>`.
-pub const PAD: u32 = 0;
-/// The id of `<bos>`.
-pub const BOS: u32 = 1;
-/// The id of `<eos>`.
-pub const EOS: u32 = 2;
-/// The id of `<unk>`.
-pub const UNK: u32 = 3;
-
 /// The vocabulary as a value: encode and decode text with the built-in alphabet.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct CharVocab;
 
 impl CharVocab {
+    /// The id of `<pad>`.
+    pub const PAD: u32 = 0;
+    /// The id of `<bos>`.
+    pub const BOS: u32 = 1;
+    /// The id of `<eos>`.
+    pub const EOS: u32 = 2;
+    /// The id of `<unk>`.
+    pub const UNK: u32 = 3;
+
     /// Number of ids (specials plus characters).
     pub fn len(&self) -> usize {
         SPECIALS.len() + CHARS.chars().count()
@@ -42,7 +42,7 @@ impl CharVocab {
         CHARS
             .chars()
             .position(|x| x == c)
-            .map_or(UNK, |i| (i + SPECIALS.len()) as u32)
+            .map_or(Self::UNK, |i| (i + SPECIALS.len()) as u32)
     }
 
     /// Encodes text, character by character (no specials added).
@@ -56,7 +56,7 @@ impl CharVocab {
         ids.iter()
             .filter_map(|&id| {
                 let id = id as usize;
-                if id == UNK as usize {
+                if id == Self::UNK as usize {
                     Some('?')
                 } else if id < SPECIALS.len() {
                     None
@@ -90,7 +90,7 @@ mod tests {
         let v = CharVocab;
         let text = "12+34=46\nAnswer: 46";
         assert_eq!(v.decode(&v.encode(text)), text);
-        assert_eq!(v.encode("\u{e9}"), vec![UNK]);
+        assert_eq!(v.encode("\u{e9}"), vec![CharVocab::UNK]);
         assert_eq!(v.len(), SPECIALS.len() + CHARS.chars().count());
     }
 }

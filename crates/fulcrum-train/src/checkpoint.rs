@@ -6,20 +6,31 @@
 //! and renamed into place. A crash at any moment leaves either the previous checkpoint or the new
 //! one, plus at most a `.tmp-*` directory that is ignored and cleaned up later. [`verify`] checks
 //! every file against the manifest before anything is loaded.
+//!
+//! This layer alone owns the atomic rename, the format version and the metadata. A policy's
+//! checkpoint ([`save_policy`], [`load_policy`]) holds fulcrum-model's files (the model as an HF
+//! folder and `optimizer.safetensors`) plus `checkpoint.json`: the format version, the
+//! optimizer's step, its hyper-parameters and the trainer's state.
 
 use std::fs::{self, File};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
+use fulcrum_model::optim::AdamW;
+use fulcrum_model::Model;
 use serde::{Deserialize, Serialize};
+use serde_json::json;
 use sha2::{Digest, Sha256};
 
-use crate::TrainError;
+use crate::policy::{new_optimizer, Policy};
+use crate::{Config, TrainError};
 
 /// Version of the checkpoint layout; a different one is refused, never patched.
 pub const FORMAT_VERSION: u32 = 1;
 /// The manifest's file name inside a checkpoint directory.
 pub const MANIFEST: &str = "manifest.json";
+/// The optimizer's step and the trainer's state inside a policy checkpoint.
+pub const POLICY_META: &str = "checkpoint.json";
 
 /// One file of a checkpoint.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -232,6 +243,65 @@ pub fn clean_leftovers(dir: &Path) -> Result<(), TrainError> {
         }
     }
     Ok(())
+}
+
+/// Saves model, optimizer and the trainer's `meta` as the checkpoint `dest` (see [`write`]).
+pub fn save_policy(
+    dest: &Path,
+    policy: &Policy,
+    meta: serde_json::Value,
+) -> Result<(), TrainError> {
+    write(dest, meta.clone(), |dir| {
+        let step = fulcrum_model::save_model_and_optimizer(dir, &policy.model, &policy.opt)?;
+        let o = &policy.opt.config;
+        let record = json!({
+            "format_version": FORMAT_VERSION,
+            "optimizer_step": step,
+            "adamw": {
+                "beta1": o.beta1,
+                "beta2": o.beta2,
+                "eps": o.eps,
+                "weight_decay": o.weight_decay,
+            },
+            "trainer": meta,
+        });
+        let path = dir.join(POLICY_META);
+        fs::write(&path, record.to_string()).map_err(TrainError::io(&path))
+    })?;
+    Ok(())
+}
+
+/// Loads the model and the optimizer (built from `cfg`, its moments and step restored) of a
+/// verified policy checkpoint onto `device`.
+pub fn load_policy(
+    dir: &Path,
+    cfg: &Config,
+    device: tch::Device,
+) -> Result<(Model, AdamW), TrainError> {
+    let model = fulcrum_model::load_model(dir, device)?;
+    let mut opt = new_optimizer(cfg, &model);
+    let path = dir.join(POLICY_META);
+    let text = fs::read_to_string(&path).map_err(TrainError::io(&path))?;
+    let record: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| bad(dir, format!("{POLICY_META}: {e}")))?;
+    let version = record.get("format_version").and_then(|v| v.as_u64());
+    if version != Some(u64::from(FORMAT_VERSION)) {
+        return Err(bad(
+            dir,
+            format!("{POLICY_META}: format_version: expected {FORMAT_VERSION}, got {version:?}"),
+        ));
+    }
+    let step = record
+        .get("optimizer_step")
+        .and_then(|v| v.as_i64())
+        .ok_or_else(|| {
+            bad(
+                dir,
+                format!("{POLICY_META}: optimizer_step: missing or not an integer"),
+            )
+        })?;
+    fulcrum_model::load_optimizer(dir, &mut opt, step)?;
+    Ok((model, opt))
 }
 
 #[cfg(test)]

@@ -1,6 +1,7 @@
 //! The stream of training prompts: deterministic chunks of a task's train split, with a
 //! position that a checkpoint records, so a resumed run draws exactly the prompts it would have.
 
+use fulcrum_core::rng::mix;
 use fulcrum_tasks::{Example, Split, Task};
 use serde::{Deserialize, Serialize};
 
@@ -23,14 +24,6 @@ pub struct DataStream {
     current: Vec<Example>,
 }
 
-/// SplitMix64 finaliser: decorrelates (seed, index) pairs.
-pub fn mix(a: u64, b: u64) -> u64 {
-    let mut x = a ^ b.wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    x ^ (x >> 31)
-}
-
 impl DataStream {
     pub fn new(seed: u64, pos: DataPosition) -> Self {
         Self {
@@ -49,11 +42,10 @@ impl DataStream {
         let mut out = Vec::with_capacity(n);
         while out.len() < n {
             if self.current.is_empty() {
-                self.current = task
-                    .examples(Split::Train, mix(self.seed, self.pos.chunk), CHUNK)
-                    .map_err(TrainError::data)?;
+                self.current =
+                    task.examples(Split::Train, mix(self.seed, self.pos.chunk), CHUNK)?;
                 if self.current.is_empty() {
-                    return Err(TrainError::Data(format!(
+                    return Err(TrainError::Run(format!(
                         "task {} has no training examples",
                         task.name()
                     )));

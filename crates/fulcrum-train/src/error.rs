@@ -1,4 +1,7 @@
 //! The error type of fulcrum-train: what failed, where (file, key, line), and why.
+//!
+//! Failures of the layers below (the model, a task, the core maths) are wrapped whole, not
+//! flattened to strings, so that `{:#}` at the CLI shows the full chain with every cause.
 
 use std::path::PathBuf;
 
@@ -23,12 +26,26 @@ pub enum TrainError {
     /// A checkpoint that is missing, truncated, corrupt or of another format.
     #[error("checkpoint {path}: {message}")]
     Checkpoint { path: PathBuf, message: String },
+    /// A run-directory file (`metrics.jsonl`, `eval.jsonl`, `summary.json`) that is unusable.
+    #[error("{path}:{line}: {message}")]
+    RunFile {
+        path: PathBuf,
+        line: usize,
+        message: String,
+    },
     /// The model failed (loading, sampling, a tensor op).
+    #[error(transparent)]
+    Model(#[from] fulcrum_model::ModelError),
+    /// A task or dataset failed (bad record, unknown task, unreadable file, sandbox).
+    #[error(transparent)]
+    Task(#[from] fulcrum_tasks::TaskError),
+    /// The step's numbers were refused by the core maths (lengths, non-finite values).
+    #[error(transparent)]
+    Core(#[from] fulcrum_core::CoreError),
+    /// A problem of the run itself (a prompt too long, a task without demonstrations, a run
+    /// directory already in use).
     #[error("{0}")]
-    Model(String),
-    /// A task or dataset problem (bad prompt, unknown task, unreadable file).
-    #[error("{0}")]
-    Data(String),
+    Run(String),
     /// Any other I/O failure, with the path it concerned.
     #[error("{path}: {source}")]
     Io {
@@ -39,14 +56,6 @@ pub enum TrainError {
 }
 
 impl TrainError {
-    pub(crate) fn model(e: impl std::fmt::Display) -> TrainError {
-        TrainError::Model(e.to_string())
-    }
-
-    pub(crate) fn data(e: impl std::fmt::Display) -> TrainError {
-        TrainError::Data(e.to_string())
-    }
-
     pub(crate) fn io(path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) -> TrainError {
         let path = path.into();
         move |source| TrainError::Io { path, source }

@@ -5,9 +5,9 @@ use fulcrum_model::{Model, Sampling};
 use fulcrum_tasks::{Example, Split, Task};
 use serde::Serialize;
 
-use crate::data::mix;
 use crate::error::TrainError;
 use crate::rollout::{sample_and_score, Rollout, SampleSettings};
+use fulcrum_core::rng::mix;
 
 /// Evaluation settings.
 #[derive(Debug, Clone, Copy)]
@@ -19,6 +19,21 @@ pub struct EvalSettings {
     pub max_new_tokens: usize,
     pub max_prompt_len: usize,
     pub seed: u64,
+}
+
+impl EvalSettings {
+    /// The in-training evaluation of a run's config (`eval.*`, the rollout's length limits, and
+    /// a seed of its own so that it never shares a stream with training).
+    pub fn of(cfg: &crate::Config) -> EvalSettings {
+        EvalSettings {
+            prompts: cfg.eval.prompts,
+            k: cfg.eval.k,
+            temperature: cfg.eval.temperature,
+            max_new_tokens: cfg.rollout.max_response_len,
+            max_prompt_len: cfg.rollout.max_prompt_len,
+            seed: mix(cfg.seed, 0xe7a1),
+        }
+    }
 }
 
 /// The result of one evaluation.
@@ -94,11 +109,9 @@ fn sample_and_measure(
     task: &dyn Task,
     s: &EvalSettings,
 ) -> Result<(EvalResult, Vec<Rollout>, Vec<Example>), TrainError> {
-    let examples = task
-        .examples(Split::Test, s.seed, s.prompts)
-        .map_err(TrainError::data)?;
+    let examples = task.examples(Split::Test, s.seed, s.prompts)?;
     if examples.is_empty() {
-        return Err(TrainError::Data(format!(
+        return Err(TrainError::Run(format!(
             "task {} has no test examples",
             task.name()
         )));

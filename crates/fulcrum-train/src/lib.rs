@@ -1,24 +1,51 @@
 //! fulcrum-train: the GRPO trainer around `fulcrum-core`.
 //!
-//! - [`config`]: the one `Config` (TOML, every key documented, unknown keys an error, `--set`
-//!   overrides), validated data with no I/O beyond reading the file;
-//! - [`checkpoint`]: checkpoint directories written to a temporary name and renamed, with a
-//!   manifest of sha256 checksums, refused when truncated or corrupt;
-//! - [`metrics`]: the run directory's JSONL streams (`metrics.jsonl`, `samples.jsonl`,
-//!   `eval.jsonl`), appended line by line and cut back to a checkpoint on resume.
+//! The public surface is what a user of the trainer needs: [`Config`] (every key, TOML,
+//! `--set`), [`Run`] (create, open, train, warm up) with its [`Event`]s and [`RunSummary`], the
+//! typed [`StepMetrics`] and [`RunData`] to read a run back, [`evaluate`], and [`TrainError`].
+//! The step itself is public too, for benchmarks and tests of its guarantees.
+//!
+//! Modules, in the order of one step (design.md):
+//! - `config/`: the one `Config` (`mod.rs`: keys and defaults; `load.rs`: file, overrides,
+//!   TOML; `validate.rs`: ranges);
+//! - `run.rs`: the outer loop ([`Run`]); `warmup.rs`: the starting policy and the SFT cache;
+//!   `sft.rs`: the SFT loop; `data.rs`: the resumable prompt stream;
+//! - [`step`]: one GRPO step, top to bottom; [`rollout`]: sampling, scoring and the drawing of
+//!   groups (dynamic sampling); [`plan`]: the update plan (items, mini-batches); [`packing`]:
+//!   rollouts to tensors; [`loss`]: the PPO token loss and KL estimators; [`accumulate`]:
+//!   gradient accumulation over micro-batches; [`policy`]: the policy, its optimizer and the
+//!   guarded update;
+//! - [`eval`]: held-out evaluation; [`checkpoint`]: atomic, checksummed checkpoint directories;
+//!   `metrics/`: [`StepMetrics`] and the JSONL streams; `run_data.rs`: [`RunData`].
 
+pub mod accumulate;
 pub mod checkpoint;
-pub mod config;
+mod config;
+mod data;
 mod error;
-pub mod metrics;
-
-pub use config::Config;
-pub use error::TrainError;
-pub mod data;
 pub mod eval;
-pub mod minibatch;
+mod event;
+pub mod loss;
+mod metrics;
 pub mod packing;
+pub mod plan;
+pub mod policy;
 pub mod rollout;
-pub mod run;
-pub mod sft;
+mod run;
+mod run_data;
+mod sft;
 pub mod step;
+mod warmup;
+
+pub use config::{
+    apply_override, Config, EvalConfig, ModelConfig, OptimConfig, PpoConfig, RolloutConfig,
+    ScheduleKind, SftConfig,
+};
+pub use data::{DataPosition, DataStream};
+pub use error::TrainError;
+pub use eval::{evaluate, evaluate_with_samples, EvalResult, EvalSample, EvalSettings};
+pub use event::Event;
+pub use metrics::{truncate_after, JsonlWriter, RuleMasses, StepMetrics};
+pub use run::{choose_run_dir, resolve_runtime, resume, train, warm_up, Run, RunSummary};
+pub use run_data::RunData;
+pub use warmup::sft_cache_dir;

@@ -1,13 +1,19 @@
-//! Sampling and scoring: prompts to rollouts (design.md steps 1-3).
+//! Sampling and scoring: prompts to rollouts (design.md steps 1-3), and a step's drawing of
+//! groups with DAPO's dynamic sampling ([`draw_groups`], [`keep_informative_groups`]).
 //!
 //! A prompt's text is rendered with the model's chat template when it has one (pretrained chat
 //! models) and used raw otherwise (the built-in character model), encoded, and completed G
 //! times by the KV-cache sampler. Each response is decoded without its stop token and scored by
 //! the task; a verifier failure is a zero reward with a reason, never an error.
 
+use std::collections::HashMap;
+
+use fulcrum_core::rng::mix;
 use fulcrum_model::{Completion, Finish, Message, Model, SampleRequest, Sampling};
 use fulcrum_tasks::{Example, Task};
 
+use crate::config::Config;
+use crate::data::DataStream;
 use crate::error::TrainError;
 
 /// One sampled and scored response, with what the update needs.
@@ -31,22 +37,22 @@ pub struct Rollout {
 
 /// Encodes a prompt the way the model expects it.
 pub fn encode_prompt(model: &Model, text: &str) -> Result<Vec<i64>, TrainError> {
-    let tok = model.tokenizer().map_err(TrainError::model)?;
+    let tok = model.tokenizer()?;
     let rendered = match model.chat_template() {
         Ok(t) => t.render(&[Message::user(text)], true),
         Err(_) => text.to_string(),
     };
-    tok.encode(&rendered).map_err(TrainError::model)
+    Ok(tok.encode(&rendered)?)
 }
 
 /// Decodes a response for scoring, without the stop token that ended it.
 pub fn decode_response(model: &Model, c: &Completion) -> Result<String, TrainError> {
-    let tok = model.tokenizer().map_err(TrainError::model)?;
+    let tok = model.tokenizer()?;
     let ids = match c.finish {
         Finish::StopToken(_) => &c.tokens[..c.tokens.len().saturating_sub(1)],
         _ => &c.tokens[..],
     };
-    tok.decode(ids, false).map_err(TrainError::model)
+    Ok(tok.decode(ids, false)?)
 }
 
 /// Settings of one sampling call.
@@ -72,7 +78,7 @@ pub fn sample_and_score(
     for ex in examples {
         let ids = encode_prompt(model, &ex.prompt)?;
         if ids.len() > s.max_prompt_len {
-            return Err(TrainError::Data(format!(
+            return Err(TrainError::Run(format!(
                 "prompt {} has {} tokens, more than rollout.max_prompt_len = {}",
                 ex.id,
                 ids.len(),
@@ -90,9 +96,8 @@ pub fn sample_and_score(
         stop_token_ids: model.stop_token_ids(),
         stop_strings: vec![],
     };
-    let tok = model.tokenizer().map_err(TrainError::model)?;
-    let completions =
-        fulcrum_model::generate(model.net(), &req, Some(tok)).map_err(TrainError::model)?;
+    let tok = model.tokenizer()?;
+    let completions = fulcrum_model::generate(model.net(), &req, Some(tok))?;
     let texts: Vec<String> = completions
         .iter()
         .map(|c| decode_response(model, c))
@@ -121,4 +126,83 @@ pub fn sample_and_score(
         });
     }
     Ok((out, secs))
+}
+
+/// The groups one step trains on (design.md steps 1-3), with what drawing them took.
+pub struct Drawn {
+    pub rollouts: Vec<Rollout>,
+    /// Prompts drawn, dropped groups included.
+    pub groups_drawn: usize,
+    /// Groups dropped by dynamic sampling.
+    pub groups_dropped: usize,
+    /// Seconds spent scoring (the rest of the drawing was sampling).
+    pub score_secs: f64,
+}
+
+/// Draws `prompts_per_step` prompts, samples `group_size` responses to each and scores them.
+/// With dynamic sampling, groups whose rewards are all equal are dropped and more prompts are
+/// drawn, up to `dynamic_sampling_max_draws` draws, until the batch is full; the batch is then
+/// cut to `prompts_per_step` groups. Draw `d` of step `s` samples with seed `mix(mix(seed, s), d)`.
+pub fn draw_groups(
+    model: &Model,
+    task: &dyn Task,
+    cfg: &Config,
+    step: u64,
+    data: &mut DataStream,
+) -> Result<Drawn, TrainError> {
+    let r = &cfg.rollout;
+    let sampling = Sampling::Sample {
+        temperature: r.temperature,
+        top_k: (r.top_k > 0).then_some(r.top_k as i64),
+        top_p: (r.top_p < 1.0).then_some(r.top_p),
+    };
+    let max_draws = if r.dynamic_sampling {
+        r.dynamic_sampling_max_draws
+    } else {
+        1
+    };
+    let mut out = Drawn {
+        rollouts: Vec::new(),
+        groups_drawn: 0,
+        groups_dropped: 0,
+        score_secs: 0.0,
+    };
+    for draw in 0..max_draws {
+        let examples = data.take(task, r.prompts_per_step)?;
+        let settings = SampleSettings {
+            samples_per_prompt: r.group_size,
+            max_new_tokens: r.max_response_len,
+            sampling,
+            seed: mix(mix(cfg.seed, step), draw as u64),
+            max_prompt_len: r.max_prompt_len,
+        };
+        let (mut drawn, score_secs) =
+            sample_and_score(model, task, &examples, &settings, out.groups_drawn)?;
+        out.score_secs += score_secs;
+        out.groups_drawn += examples.len();
+        if r.dynamic_sampling {
+            out.groups_dropped += keep_informative_groups(&mut drawn, r.group_size);
+        }
+        out.rollouts.extend(drawn);
+        if !r.dynamic_sampling || out.rollouts.len() / r.group_size >= r.prompts_per_step {
+            break;
+        }
+    }
+    if r.dynamic_sampling {
+        out.rollouts.truncate(r.prompts_per_step * r.group_size);
+    }
+    Ok(out)
+}
+
+/// DAPO's dynamic sampling filter: keeps the groups whose rewards differ (a group of equal
+/// rewards has zero advantages and teaches nothing); returns how many groups it dropped.
+pub fn keep_informative_groups(rollouts: &mut Vec<Rollout>, group_size: usize) -> usize {
+    let before = rollouts.len();
+    let mut range: HashMap<usize, (f64, f64)> = HashMap::new();
+    for x in rollouts.iter() {
+        let e = range.entry(x.group).or_insert((x.reward, x.reward));
+        *e = (e.0.min(x.reward), e.1.max(x.reward));
+    }
+    rollouts.retain(|x| range.get(&x.group).is_some_and(|(lo, hi)| lo < hi));
+    (before - rollouts.len()) / group_size
 }

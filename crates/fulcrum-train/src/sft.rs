@@ -1,35 +1,43 @@
 //! Supervised warm-up on a task's demonstrations, so that a model trained from scratch (the
 //! built-in tiny model) starts RL able to answer some prompts: token-mean negative
-//! log-likelihood of the demonstration (and its stop token) given the prompt.
+//! log-likelihood of the demonstration (and its stop token) given the prompt. Each step goes
+//! through the same guarded update as RL (`policy.rs`), so a non-finite step is skipped, counted
+//! and reported. The cache of warmed-up models is in `warmup.rs`.
 
+use fulcrum_core::rng::mix;
 use fulcrum_model::logprobs::EntropyGrad;
 use fulcrum_model::masked_logprobs::masked_sequence_logprobs_with;
-use fulcrum_model::optim::{clip_grad_norm, grads_are_finite, LrSchedule};
+use fulcrum_model::optim::LrSchedule;
 use fulcrum_model::Model;
 use fulcrum_tasks::Task;
 use tch::Kind;
 
 use crate::config::Config;
-use crate::data::{mix, DataPosition, DataStream};
+use crate::data::{DataPosition, DataStream};
 use crate::error::TrainError;
 use crate::packing::{pack, Item};
+use crate::policy::{guarded_update, new_optimizer, Update};
 use crate::rollout::{encode_prompt, Rollout};
 
-/// Progress of SFT, reported every `report_every` steps.
+/// Progress of SFT, reported after every step.
 pub struct SftProgress {
     pub step: u64,
     pub loss: f64,
+    /// Steps skipped so far (non-finite loss or gradient).
+    pub skipped: u64,
 }
 
-/// Runs `cfg.sft.steps` steps of SFT on `model` in place; calls `on_step` after each.
+/// Runs `cfg.sft.steps` steps of SFT on `model` in place; calls `on_step` after each. Returns
+/// the number of steps skipped by the non-finite guard.
 pub fn run_sft(
     model: &mut Model,
     task: &dyn Task,
     cfg: &Config,
     mut on_step: impl FnMut(SftProgress),
-) -> Result<(), TrainError> {
+) -> Result<u64, TrainError> {
     let s = &cfg.sft;
-    let mut opt = crate::run::new_optimizer(cfg, model);
+    let mut opt = new_optimizer(cfg, model);
+    let mut skipped = 0;
     let schedule = LrSchedule::Cosine {
         peak: s.lr,
         min: s.lr * 0.1,
@@ -47,20 +55,20 @@ pub fn run_sft(
     let eos = *model
         .stop_token_ids()
         .first()
-        .ok_or_else(|| TrainError::Model("the model has no end-of-sequence token".into()))?;
+        .ok_or_else(|| TrainError::Run("the model has no end-of-sequence token".into()))?;
     for step in 0..s.steps {
         let examples = data.take(task, s.batch_size)?;
-        let tok = model.tokenizer().map_err(TrainError::model)?;
+        let tok = model.tokenizer()?;
         let mut demos = Vec::with_capacity(examples.len());
         for ex in &examples {
             let demo = ex.demonstration.as_deref().ok_or_else(|| {
-                TrainError::Data(format!(
+                TrainError::Run(format!(
                     "example {} of task {} has no demonstration for SFT",
                     ex.id,
                     task.name()
                 ))
             })?;
-            let mut response_ids = tok.encode(demo).map_err(TrainError::model)?;
+            let mut response_ids = tok.encode(demo)?;
             response_ids.push(eos);
             let n = response_ids.len();
             demos.push(Rollout {
@@ -85,43 +93,48 @@ pub fn run_sft(
                 std::cmp::Reverse(demos[i].prompt_ids.len() + demos[i].response_ids.len())
             });
         }
-        opt.zero_grad();
-        let mut value = 0.0;
-        for chunk in order.chunks(s.micro_batch_size.max(1)) {
-            let items: Vec<Item<'_>> = chunk
-                .iter()
-                .map(|&i| Item {
-                    rollout: &demos[i],
-                    advantage: 0.0,
-                    weight,
-                    active: true,
-                })
-                .collect();
-            let p = pack(&items, model.device());
-            let (out, head) = masked_sequence_logprobs_with(
-                model.net(),
-                &p.input_ids,
-                &p.mask,
-                1.0,
-                EntropyGrad::No,
-                cfg.memory(),
-            )
-            .map_err(TrainError::model)?;
-            let loss = -(&out.logprobs * &p.weights).sum(Kind::Float);
-            head.backward(&loss).map_err(TrainError::model)?;
-            value += loss.double_value(&[]);
+        let micro = s.micro_batch_size.max(1);
+        let (value, update) = guarded_update(
+            model,
+            &mut opt,
+            cfg.optim.grad_clip,
+            schedule.lr(step),
+            || {
+                let mut value = 0.0;
+                for chunk in order.chunks(micro) {
+                    let items: Vec<Item<'_>> = chunk
+                        .iter()
+                        .map(|&i| Item {
+                            rollout: &demos[i],
+                            advantage: 0.0,
+                            weight,
+                            active: true,
+                        })
+                        .collect();
+                    let p = pack(&items, model.device());
+                    let (out, head) = masked_sequence_logprobs_with(
+                        model.net(),
+                        &p.input_ids,
+                        &p.mask,
+                        1.0,
+                        EntropyGrad::No,
+                        cfg.memory(),
+                    )?;
+                    let loss = -(&out.logprobs * &p.weights).sum(Kind::Float);
+                    head.backward(&loss)?;
+                    value += loss.double_value(&[]);
+                }
+                Ok((value, value))
+            },
+        )?;
+        if update == Update::Skipped {
+            skipped += 1;
         }
-        if value.is_finite() && grads_are_finite(model.var_store()) {
-            if cfg.optim.grad_clip > 0.0 {
-                clip_grad_norm(model.var_store(), cfg.optim.grad_clip);
-            }
-            opt.step(schedule.lr(step));
-        }
-        opt.zero_grad();
         on_step(SftProgress {
             step: step + 1,
             loss: value,
+            skipped,
         });
     }
-    Ok(())
+    Ok(skipped)
 }

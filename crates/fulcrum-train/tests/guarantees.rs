@@ -4,12 +4,57 @@
 use fulcrum_core::{advantages, Estimator, Rule, RuleParams, StepBatch};
 use fulcrum_model::optim::{AdamW, AdamWConfig};
 use fulcrum_model::Model;
-use fulcrum_train::minibatch::backward_with_micro_size;
+use fulcrum_train::accumulate::{backward_micro_batches, MicroStats};
 use fulcrum_train::packing::Item;
+use fulcrum_train::policy::{guarded_update, Policy, Update};
 use fulcrum_train::rollout::Rollout;
-use fulcrum_train::step::{guarded_update, Policy, Update};
-use fulcrum_train::Config;
+use fulcrum_train::{Config, TrainError};
 use tch::{Device, Kind, Tensor};
+
+/// Forward/backward over `items` in micro-batches of `micro`, accumulating gradients.
+fn backward(
+    p: &Policy,
+    items: &[Item<'_>],
+    reg_weight: f64,
+    cfg: &Config,
+    micro: usize,
+) -> Result<MicroStats, TrainError> {
+    backward_micro_batches(
+        &p.model,
+        p.reference.as_ref(),
+        items,
+        reg_weight,
+        cfg,
+        micro,
+    )
+}
+
+/// One guarded optimizer step over `items`, as the GRPO step takes it.
+fn update(
+    p: &mut Policy,
+    items: &[Item<'_>],
+    reg_weight: f64,
+    cfg: &Config,
+    lr: f64,
+) -> Result<(MicroStats, Update), TrainError> {
+    let Policy {
+        model,
+        opt,
+        reference,
+    } = p;
+    guarded_update(model, opt, cfg.optim.grad_clip, lr, || {
+        let s = backward_micro_batches(
+            model,
+            reference.as_ref(),
+            items,
+            reg_weight,
+            cfg,
+            cfg.ppo.micro_batch_size,
+        )?;
+        let loss = s.loss;
+        Ok((s, loss))
+    })
+}
 
 fn policy() -> Policy {
     // One kernel thread: the tests of this file run in parallel on a 2-core machine.
@@ -102,7 +147,7 @@ fn gradient_does_not_depend_on_the_micro_batch_size() {
         let mut grads = Vec::new();
         for micro in [1, 3, items.len()] {
             p.opt.zero_grad();
-            backward_with_micro_size(&mut p, &items, 0.0, &cfg, micro).unwrap();
+            backward(&p, &items, 0.0, &cfg, micro).unwrap();
             grads.push(flat_grads(&p));
         }
         let norm = grads[2].iter().map(|g| g * g).sum::<f64>().sqrt();
@@ -141,7 +186,7 @@ fn non_finite_loss_skips_the_step_and_touches_nothing() {
             active: true,
         })
         .collect();
-    let (_, outcome) = guarded_update(&mut p, &good, 0.0, &cfg, 1e-3).unwrap();
+    let (_, outcome) = update(&mut p, &good, 0.0, &cfg, 1e-3).unwrap();
     assert!(matches!(outcome, Update::Applied { .. }));
     let before = snapshot(&p);
     let opt_before = p.opt.step_count();
@@ -149,7 +194,7 @@ fn non_finite_loss_skips_the_step_and_touches_nothing() {
     // Inject a NaN weight: the loss is NaN.
     let mut bad = good.clone();
     bad[3].weight = f64::NAN;
-    let (stats, outcome) = guarded_update(&mut p, &bad, 0.0, &cfg, 1e-3).unwrap();
+    let (stats, outcome) = update(&mut p, &bad, 0.0, &cfg, 1e-3).unwrap();
     assert_eq!(outcome, Update::Skipped);
     assert!(!stats.loss.is_finite());
     assert_eq!(snapshot(&p), before, "weights changed on a skipped step");
@@ -160,7 +205,7 @@ fn non_finite_loss_skips_the_step_and_touches_nothing() {
         assert!(a.equal(b), "optimizer state {n1} changed on a skipped step");
     }
     // And training goes on afterwards.
-    let (_, outcome) = guarded_update(&mut p, &good, 0.0, &cfg, 1e-3).unwrap();
+    let (_, outcome) = update(&mut p, &good, 0.0, &cfg, 1e-3).unwrap();
     assert!(matches!(outcome, Update::Applied { .. }));
     assert_ne!(snapshot(&p), before);
 }
@@ -182,7 +227,7 @@ fn entropy_bonus_has_a_gradient() {
         .collect();
     let mut p = policy();
     p.opt.zero_grad();
-    backward_with_micro_size(&mut p, &items, 0.01, &cfg, 4).unwrap();
+    backward(&p, &items, 0.01, &cfg, 4).unwrap();
     let norm = flat_grads(&p).iter().map(|g| g * g).sum::<f64>().sqrt();
     assert!(norm > 0.0, "the entropy bonus did not reach the parameters");
 }
@@ -207,7 +252,7 @@ fn skipping_zero_weight_responses_keeps_the_gradient() {
         cfg.ppo.skip_zero_weight = skip;
         let mut p = policy();
         p.opt.zero_grad();
-        let s = backward_with_micro_size(&mut p, &items, 0.0, &cfg, 3).unwrap();
+        let s = backward(&p, &items, 0.0, &cfg, 3).unwrap();
         grads.push(flat_grads(&p));
         tokens.push(s.tokens);
     }
@@ -228,7 +273,7 @@ fn skipping_zero_weight_responses_keeps_the_gradient() {
     let mut cfg = Config::default();
     cfg.ppo.skip_zero_weight = true;
     cfg.ppo.entropy_coef = 0.01;
-    let mut p = policy();
-    let s = backward_with_micro_size(&mut p, &items, 0.01, &cfg, 3).unwrap();
+    let p = policy();
+    let s = backward(&p, &items, 0.01, &cfg, 3).unwrap();
     assert_eq!(s.tokens, tokens[0]);
 }

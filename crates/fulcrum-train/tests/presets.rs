@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use fulcrum_train::config::Config;
+use fulcrum_train::Config;
 
 fn presets() -> Vec<PathBuf> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../configs");
@@ -53,7 +53,7 @@ fn paper_presets_follow_the_dapo_recipe() -> Result<(), Box<dyn std::error::Erro
         );
         assert_eq!((c.ppo.kl_coef, c.ppo.entropy_coef), (0.0, 0.0), "{name}");
         assert_eq!(c.rollout.temperature, 1.0, "{name}");
-        assert_eq!(c.device, "cuda", "{name}: meant for GPUs");
+        assert_eq!(c.device.to_string(), "cuda", "{name}: meant for GPUs");
     }
     Ok(())
 }

@@ -10,6 +10,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod cmd;
+mod results;
 
 /// RLVR / GRPO training with Balanced Aggregation.
 #[derive(Debug, Parser)]

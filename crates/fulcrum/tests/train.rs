@@ -75,14 +75,9 @@ fn metrics(run: &Path) -> Vec<Value> {
 }
 
 fn sha(path: &Path) -> String {
+    // FNV-1a over the bytes: a fingerprint for comparing two files, not a security hash.
     let bytes = std::fs::read(path).unwrap();
-    format!(
-        "{:x}",
-        bytes
-            .iter()
-            .fold(0xcbf29ce484222325u64, |h, b| (h ^ *b as u64)
-                .wrapping_mul(0x100000001b3))
-    )
+    format!("{:x}", fulcrum_core::rng::hash_bytes(&bytes))
 }
 
 #[test]

@@ -18,7 +18,6 @@
 //! answer is an error naming file, line and field; it never becomes an empty example.
 
 use std::path::Path;
-use std::str::FromStr;
 
 use serde_json::Value;
 
@@ -27,70 +26,37 @@ use crate::math::last_boxed;
 use crate::task::Example;
 use crate::verify::Verifier;
 
-/// The record formats (see the module table).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Format {
-    /// Detect from the fields of each record.
-    Auto,
-    /// `prompt`, `answer`, ...
-    Generic,
-    /// verl / DAPO parquet layout.
-    Verl,
-    /// `problem`, `answer`.
-    Polaris,
-    /// `problem`, `solution` with a boxed answer.
-    Math,
-    /// `question`, `answer` with `####`.
-    Gsm8k,
-    /// `question`/`problem`, `answer`.
-    Qa,
-    /// OlympiadBench.
-    Olympiad,
-    /// HumanEval.
-    HumanEval,
-    /// MBPP sanitized.
-    Mbpp,
-    /// DeepCoder's LeetCode set.
-    LeetCode,
-    /// DeepCoder's Codeforces set (stdin/stdout cases).
-    Codeforces,
+fulcrum_core::closed_set! {
+    /// The record formats (see the module table).
+    pub enum Format("format") {
+        /// Detect from the fields of each record.
+        Auto = "auto",
+        /// `prompt`, `answer`, ...
+        Generic = "generic",
+        /// verl / DAPO parquet layout.
+        Verl = "verl",
+        /// `problem`, `answer`.
+        Polaris = "polaris",
+        /// `problem`, `solution` with a boxed answer.
+        Math = "math",
+        /// `question`, `answer` with `####`.
+        Gsm8k = "gsm8k",
+        /// `question`/`problem`, `answer`.
+        Qa = "qa",
+        /// OlympiadBench.
+        Olympiad = "olympiad",
+        /// HumanEval.
+        HumanEval = "humaneval",
+        /// MBPP sanitized.
+        Mbpp = "mbpp",
+        /// DeepCoder's LeetCode set.
+        LeetCode = "leetcode",
+        /// DeepCoder's Codeforces set (stdin/stdout cases).
+        Codeforces = "codeforces",
+    }
 }
 
 impl Format {
-    /// Every format, in one place.
-    pub const ALL: [Format; 12] = [
-        Format::Auto,
-        Format::Generic,
-        Format::Verl,
-        Format::Polaris,
-        Format::Math,
-        Format::Gsm8k,
-        Format::Qa,
-        Format::Olympiad,
-        Format::HumanEval,
-        Format::Mbpp,
-        Format::LeetCode,
-        Format::Codeforces,
-    ];
-
-    /// The config spelling.
-    pub fn name(self) -> &'static str {
-        match self {
-            Format::Auto => "auto",
-            Format::Generic => "generic",
-            Format::Verl => "verl",
-            Format::Polaris => "polaris",
-            Format::Math => "math",
-            Format::Gsm8k => "gsm8k",
-            Format::Qa => "qa",
-            Format::Olympiad => "olympiad",
-            Format::HumanEval => "humaneval",
-            Format::Mbpp => "mbpp",
-            Format::LeetCode => "leetcode",
-            Format::Codeforces => "codeforces",
-        }
-    }
-
     /// The format a record looks like.
     pub fn detect(v: &Value) -> Format {
         let has = |k: &str| v.get(k).is_some();
@@ -127,20 +93,6 @@ impl Format {
         } else {
             Format::Generic
         }
-    }
-}
-
-impl FromStr for Format {
-    type Err = TaskError;
-    fn from_str(s: &str) -> Result<Self> {
-        Format::ALL
-            .into_iter()
-            .find(|f| f.name() == s)
-            .ok_or_else(|| TaskError::UnknownName {
-                kind: "format",
-                name: s.to_string(),
-                valid: Format::ALL.map(Format::name).join(", "),
-            })
     }
 }
 
@@ -246,7 +198,7 @@ pub fn to_example(path: &Path, line: usize, v: &Value, format: Format) -> Result
             let verifier = match f.optional_text("verifier") {
                 Some(v) => v
                     .parse()
-                    .map_err(|e: TaskError| f.err("verifier", e.to_string()))?,
+                    .map_err(|e: fulcrum_core::CoreError| f.err("verifier", e.to_string()))?,
                 None => Verifier::Math,
             };
             Example {

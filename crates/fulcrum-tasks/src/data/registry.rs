@@ -11,8 +11,8 @@ use std::path::{Path, PathBuf};
 use crate::data::{load_strict, Format};
 use crate::error::{Result, TaskError};
 use crate::jsonl_task::JsonlTask;
-use crate::task::{Example, Score, Split, Task};
-use crate::verify::{RewardMode, Verifier};
+use crate::task::{Example, Split, Task};
+use crate::verify::{RewardMode, Score, Verifier};
 
 /// A benchmark's fixed description.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

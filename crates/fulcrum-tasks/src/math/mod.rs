@@ -16,12 +16,14 @@
 
 pub mod expr;
 pub mod extract;
+pub mod latex;
 pub mod normalize;
 
 pub use extract::{extract, last_boxed, Source};
 pub use normalize::normalize;
 
-use expr::{eval, parse, variables, Val};
+use expr::{eval, variables, Val};
+use latex::parse;
 
 /// Relative tolerance for comparing inexact values.
 pub const REL_TOL: f64 = 1e-8;

@@ -11,9 +11,9 @@
 //! wrong). Injected mistake: one column sum is off by one, and the error carries into the answer.
 
 use super::{Knobs, Problem};
-use crate::rng::Rng;
+use fulcrum_core::SplitMix64;
 
-fn random_number(rng: &mut Rng, digits: u32) -> u64 {
+fn random_number(rng: &mut SplitMix64, digits: u32) -> u64 {
     let lo = if digits <= 1 {
         0
     } else {
@@ -34,7 +34,7 @@ fn digits_of(mut n: u64) -> Vec<u64> {
 }
 
 /// Generates one addition problem.
-pub(super) fn generate(rng: &mut Rng, knobs: &Knobs) -> Problem {
+pub(super) fn generate(rng: &mut SplitMix64, knobs: &Knobs) -> Problem {
     let width = knobs.difficulty + 1;
     let a = random_number(rng, width);
     let b_digits = rng.range(1, u64::from(width)) as u32;
@@ -142,7 +142,7 @@ mod tests {
             ..knobs(6)
         };
         for i in 0..100 {
-            let p = generate(&mut Rng::new(i), &k);
+            let p = generate(&mut SplitMix64::seeded(i), &k);
             assert!(p.demonstration.ends_with(&format!("Answer: {}", p.answer)));
         }
     }

@@ -14,9 +14,9 @@
 //! with its last (wrong) try, so failed searches are longer than successful ones.
 
 use super::{Knobs, Problem};
-use crate::rng::Rng;
-use crate::task::Score;
+use crate::verify::Score;
 use crate::verify::{answer_line, RewardMode};
+use fulcrum_core::SplitMix64;
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Op {
@@ -50,7 +50,7 @@ struct Chain {
 }
 
 impl Chain {
-    fn random(rng: &mut Rng, numbers: &[i64]) -> Chain {
+    fn random(rng: &mut SplitMix64, numbers: &[i64]) -> Chain {
         let mut numbers = numbers.to_vec();
         rng.shuffle(&mut numbers);
         let ops = (1..numbers.len())
@@ -98,7 +98,7 @@ impl Chain {
 }
 
 /// Generates one countdown problem.
-pub(super) fn generate(rng: &mut Rng, knobs: &Knobs) -> Problem {
+pub(super) fn generate(rng: &mut SplitMix64, knobs: &Knobs) -> Problem {
     let d = u64::from(knobs.difficulty);
     let count = 3 + d / 4;
     let (numbers, solution) = loop {

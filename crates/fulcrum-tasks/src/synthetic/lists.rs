@@ -14,14 +14,14 @@
 //! (or one is dropped when they are equal), so right and wrong answers are about equally long.
 
 use super::{Knobs, Problem};
-use crate::rng::Rng;
+use fulcrum_core::SplitMix64;
 
 fn join(xs: &[u64]) -> String {
     xs.iter().map(u64::to_string).collect::<Vec<_>>().join(" ")
 }
 
 /// Generates one list problem.
-pub(super) fn generate(rng: &mut Rng, knobs: &Knobs) -> Problem {
+pub(super) fn generate(rng: &mut SplitMix64, knobs: &Knobs) -> Problem {
     let d = u64::from(knobs.difficulty);
     let len = rng.range(2, 2 + 4 * d) as usize;
     let hi = 9 + 5 * d;
@@ -119,7 +119,7 @@ mod tests {
         };
         let mut by_prompt: std::collections::HashMap<String, Vec<f64>> = Default::default();
         for i in 0..20_000 {
-            let p = generate(&mut Rng::derive(1, "group", i), &k);
+            let p = generate(&mut SplitMix64::derive(1, "group", i), &k);
             by_prompt
                 .entry(p.prompt)
                 .or_default()

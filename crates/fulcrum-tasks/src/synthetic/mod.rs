@@ -30,57 +30,22 @@ mod steps;
 
 pub use shape::Shape;
 
-use std::str::FromStr;
-
 use crate::error::{Result, TaskError};
-use crate::rng::{hash_str, Rng};
-use crate::task::{Example, Score, Split, Task, TaskConfig};
-use crate::verify::{score_exact, RewardMode, Verifier};
+use crate::task::{Example, Split, Task};
+use crate::verify::{score_exact, RewardMode, Score, Verifier};
+use fulcrum_core::rng::{hash_str, SplitMix64};
 
-/// The synthetic families.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Family {
-    /// Multi-digit addition with a column-by-column scratchpad.
-    Arithmetic,
-    /// Reach a target from given numbers; demonstrations show the search.
-    Countdown,
-    /// Sort, reverse or dedupe a list.
-    Lists,
-    /// Write every step of a Collatz trajectory.
-    Steps,
-}
-
-impl Family {
-    /// Every family, in one place.
-    pub const ALL: [Family; 4] = [
-        Family::Arithmetic,
-        Family::Countdown,
-        Family::Lists,
-        Family::Steps,
-    ];
-
-    /// The config spelling.
-    pub fn name(self) -> &'static str {
-        match self {
-            Family::Arithmetic => "arithmetic",
-            Family::Countdown => "countdown",
-            Family::Lists => "lists",
-            Family::Steps => "steps",
-        }
-    }
-}
-
-impl FromStr for Family {
-    type Err = TaskError;
-    fn from_str(s: &str) -> Result<Self> {
-        Family::ALL
-            .into_iter()
-            .find(|f| f.name() == s)
-            .ok_or_else(|| TaskError::UnknownName {
-                kind: "synthetic family",
-                name: s.to_string(),
-                valid: Family::ALL.map(Family::name).join(", "),
-            })
+fulcrum_core::closed_set! {
+    /// The synthetic families.
+    pub enum Family("synthetic family") {
+        /// Multi-digit addition with a column-by-column scratchpad.
+        Arithmetic = "arithmetic",
+        /// Reach a target from given numbers; demonstrations show the search.
+        Countdown = "countdown",
+        /// Sort, reverse or dedupe a list.
+        Lists = "lists",
+        /// Write every step of a Collatz trajectory.
+        Steps = "steps",
     }
 }
 
@@ -109,7 +74,7 @@ pub struct Problem {
 }
 
 /// Generates one problem of a family.
-pub fn generate(family: Family, rng: &mut Rng, knobs: &Knobs) -> Problem {
+pub fn generate(family: Family, rng: &mut SplitMix64, knobs: &Knobs) -> Problem {
     match family {
         Family::Arithmetic => arithmetic::generate(rng, knobs),
         Family::Countdown => countdown::generate(rng, knobs),
@@ -128,20 +93,13 @@ pub struct SyntheticTask {
 }
 
 impl SyntheticTask {
-    /// The task for a family with the knobs of `cfg` (already validated).
-    pub fn new(family: Family, cfg: &TaskConfig) -> Self {
+    /// The task for a family with its knobs (already validated, see `create.rs`).
+    pub fn new(family: Family, knobs: Knobs, shape: Shape, reward: RewardMode) -> Self {
         SyntheticTask {
             family,
-            knobs: Knobs {
-                difficulty: cfg.difficulty,
-                length: cfg.length,
-                mistake_rate: cfg.mistake_rate,
-            },
-            shape: Shape {
-                verbose_rate: cfg.verbose_rate,
-                mistake_length: cfg.mistake_length,
-            },
-            reward: cfg.reward,
+            knobs,
+            shape,
+            reward,
         }
     }
 
@@ -171,7 +129,7 @@ impl Task for SyntheticTask {
                     ),
                 });
             }
-            let mut rng = Rng::derive(seed, self.family.name(), i);
+            let mut rng = SplitMix64::derive(seed, self.family.name(), i);
             i += 1;
             let mut p = generate(self.family, &mut rng, &self.knobs);
             self.shape.apply(&mut p, &mut rng);
@@ -194,7 +152,9 @@ impl Task for SyntheticTask {
     fn score(&self, example: &Example, response: &str) -> Score {
         match self.family {
             Family::Countdown => countdown::score(&example.prompt, response, self.reward),
-            _ => score_exact(response, &example.answer, self.reward),
+            Family::Arithmetic | Family::Lists | Family::Steps => {
+                score_exact(response, &example.answer, self.reward)
+            }
         }
     }
 }
@@ -204,122 +164,14 @@ impl Task for SyntheticTask {
 pub(crate) fn demo_lengths(family: Family, knobs: &Knobs, n: usize) -> Vec<(usize, bool)> {
     (0..n as u64)
         .map(|i| {
-            let p = generate(family, &mut Rng::derive(11, "len", i), knobs);
+            let p = generate(family, &mut SplitMix64::derive(11, "len", i), knobs);
             (p.demonstration.chars().count(), p.mistaken)
         })
         .collect()
 }
 
+/// The mean of a test's measurements (fulcrum-core's; 0 for none, which no test asserts on).
 #[cfg(test)]
 pub(crate) fn mean(xs: &[f64]) -> f64 {
-    xs.iter().sum::<f64>() / xs.len().max(1) as f64
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::task::create_task;
-    use crate::vocab::CharVocab;
-
-    fn cfg(name: &str, mistake_rate: f64) -> TaskConfig {
-        TaskConfig {
-            name: name.into(),
-            difficulty: 4,
-            mistake_rate,
-            ..TaskConfig::default()
-        }
-    }
-
-    #[test]
-    fn same_seed_gives_same_examples_and_other_seed_differs() -> Result<()> {
-        for f in Family::ALL {
-            let t = create_task(&cfg(f.name(), 0.2))?;
-            let a = t.examples(Split::Train, 5, 20)?;
-            assert_eq!(a, t.examples(Split::Train, 5, 20)?);
-            assert_ne!(a, t.examples(Split::Train, 6, 20)?, "{}", f.name());
-        }
-        Ok(())
-    }
-
-    #[test]
-    fn train_and_test_prompts_never_overlap() -> Result<()> {
-        for f in Family::ALL {
-            let t = create_task(&cfg(f.name(), 0.0))?;
-            let train: std::collections::HashSet<String> = t
-                .examples(Split::Train, 1, 300)?
-                .into_iter()
-                .map(|e| e.prompt)
-                .collect();
-            for e in t.examples(Split::Test, 1, 30)? {
-                assert!(!train.contains(&e.prompt), "{}: {}", f.name(), e.prompt);
-            }
-        }
-        Ok(())
-    }
-
-    #[test]
-    fn clean_demonstrations_score_full_reward() -> Result<()> {
-        for f in Family::ALL {
-            let t = create_task(&cfg(f.name(), 0.0))?;
-            for e in t.examples(Split::Train, 3, 50)? {
-                let demo = e.demonstration.clone().unwrap_or_default();
-                let s = t.score(&e, &demo);
-                assert!(s.correct, "{}: {} -> {}", f.name(), demo, s.reason);
-                assert!(!t.score(&e, "Answer: 0 0").correct || e.answer == "0 0");
-            }
-        }
-        Ok(())
-    }
-
-    #[test]
-    fn mistake_rate_sets_fraction_of_wrong_demonstrations() -> Result<()> {
-        for f in Family::ALL {
-            let t = create_task(&cfg(f.name(), 0.3))?;
-            let ex = t.examples(Split::Train, 9, 400)?;
-            let wrong = ex
-                .iter()
-                .filter(|e| !t.score(e, e.demonstration.as_deref().unwrap_or("")).correct)
-                .count() as f64
-                / ex.len() as f64;
-            assert!((0.2..0.4).contains(&wrong), "{}: {wrong}", f.name());
-        }
-        Ok(())
-    }
-
-    #[test]
-    fn all_text_fits_the_char_vocabulary() -> Result<()> {
-        let v = CharVocab;
-        for f in Family::ALL {
-            for d in [1, 5, 10] {
-                let t = create_task(&TaskConfig {
-                    difficulty: d,
-                    length: 2.0,
-                    ..cfg(f.name(), 0.5)
-                })?;
-                for e in t.examples(Split::Train, 2, 30)? {
-                    let demo = e.demonstration.unwrap_or_default();
-                    assert!(
-                        v.covers(&e.prompt) && v.covers(&demo) && v.covers(&e.answer),
-                        "{demo}"
-                    );
-                }
-            }
-        }
-        Ok(())
-    }
-
-    #[test]
-    fn length_zero_gives_answer_only_demonstrations() -> Result<()> {
-        for f in Family::ALL {
-            let t = create_task(&TaskConfig {
-                length: 0.0,
-                ..cfg(f.name(), 0.0)
-            })?;
-            for e in t.examples(Split::Train, 4, 10)? {
-                let demo = e.demonstration.unwrap_or_default();
-                assert!(demo.starts_with("Answer:"), "{}: {demo}", f.name());
-            }
-        }
-        Ok(())
-    }
+    fulcrum_core::stats::mean(xs).unwrap_or(0.0)
 }

@@ -19,7 +19,7 @@
 //! those of a task without the knobs. With `length = 0` there is no working to reshape.
 
 use super::Problem;
-use crate::rng::Rng;
+use fulcrum_core::SplitMix64;
 
 /// The two knobs (validated by `TaskConfig::validate`: `verbose_rate` in 0..=1,
 /// `mistake_length` in 0..=4).
@@ -40,7 +40,7 @@ impl Default for Shape {
 
 impl Shape {
     /// Rewrites `p.demonstration` in place, drawing from `rng` only for non-default knobs.
-    pub fn apply(&self, p: &mut Problem, rng: &mut Rng) {
+    pub fn apply(&self, p: &mut Problem, rng: &mut SplitMix64) {
         let resize = p.mistaken && self.mistake_length != 1.0;
         let verbose = self.verbose_rate > 0.0 && rng.chance(self.verbose_rate);
         if !resize && !verbose {
@@ -83,7 +83,7 @@ fn split_working(demo: &str) -> Option<(&str, &str)> {
 
 /// Scales `lines` to `round(n * factor)` lines: dropping randomly chosen ones (order kept), or
 /// appending `again` repeats of the lines in order, cycling.
-fn resize_working(lines: Vec<String>, factor: f64, rng: &mut Rng) -> Vec<String> {
+fn resize_working(lines: Vec<String>, factor: f64, rng: &mut SplitMix64) -> Vec<String> {
     let n = lines.len();
     let target = (n as f64 * factor).round() as usize;
     if target < n {
@@ -118,7 +118,7 @@ mod tests {
         let mut wrong = Vec::new();
         let mut all = Vec::new();
         for i in 0..600 {
-            let mut rng = Rng::derive(3, "shape", i);
+            let mut rng = SplitMix64::derive(3, "shape", i);
             let mut p = generate(family, &mut rng, &knobs());
             shape.apply(&mut p, &mut rng);
             let l = p.demonstration.chars().count() as f64;
@@ -134,10 +134,10 @@ mod tests {
 
     #[test]
     fn defaults_change_nothing() {
-        for f in Family::ALL {
+        for &f in Family::ALL {
             let (_, _, plain) = lengths(f, Shape::default());
             for (i, p) in plain.iter().enumerate() {
-                let q = generate(f, &mut Rng::derive(3, "shape", i as u64), &knobs());
+                let q = generate(f, &mut SplitMix64::derive(3, "shape", i as u64), &knobs());
                 assert_eq!(p, &q);
             }
         }
@@ -145,7 +145,7 @@ mod tests {
 
     #[test]
     fn mistake_length_sets_the_sign_of_the_gap() {
-        for f in Family::ALL {
+        for &f in Family::ALL {
             let (r, w, _) = lengths(
                 f,
                 Shape {
@@ -202,7 +202,7 @@ mod tests {
             verbose_rate: 0.5,
             mistake_length: 3.0,
         };
-        for f in Family::ALL {
+        for &f in Family::ALL {
             let (_, _, all) = lengths(f, shape);
             for p in all {
                 assert!(v.covers(&p.demonstration), "{}", p.demonstration);

@@ -12,14 +12,14 @@
 //! is shorter than a right one.
 
 use super::{Knobs, Problem};
-use crate::rng::Rng;
+use fulcrum_core::SplitMix64;
 
 fn join(xs: &[u64]) -> String {
     xs.iter().map(u64::to_string).collect::<Vec<_>>().join(" ")
 }
 
 /// Generates one trajectory problem.
-pub(super) fn generate(rng: &mut Rng, knobs: &Knobs) -> Problem {
+pub(super) fn generate(rng: &mut SplitMix64, knobs: &Knobs) -> Problem {
     let d = u64::from(knobs.difficulty);
     let steps = 2 + 2 * d as usize;
     let start = rng.range(2, 10 * d + 20);
@@ -98,7 +98,7 @@ mod tests {
             length: 1.0,
             mistake_rate: 0.0,
         };
-        let p = generate(&mut Rng::new(4), &k);
+        let p = generate(&mut SplitMix64::seeded(4), &k);
         let last = p.answer.split(' ').next_back().unwrap_or("");
         let s = score_exact(&format!("Answer: {last}"), &p.answer, RewardMode::ZeroOne);
         assert!(!s.correct);

@@ -10,7 +10,6 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use fulcrum_model::tch::Device;
-use fulcrum_model::Model;
 
 /// Flags of `fulcrum convert`.
 #[derive(Debug, clap::Args)]
@@ -28,7 +27,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             args.out_dir.display()
         );
     }
-    let model = Model::load(&args.model.to_string_lossy(), Device::Cpu)?;
+    let model =
+        fulcrum_model::ModelSpec::parse(&args.model.to_string_lossy())?.load(Device::Cpu, 0)?;
     let name = args
         .out_dir
         .file_name()

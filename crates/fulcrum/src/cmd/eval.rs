@@ -1,13 +1,15 @@
 //! `fulcrum eval`: k samples per problem on built-in tasks or registry benchmarks; avg@k and
 //! pass@k per benchmark as a table (or `--json`).
 
-use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::{Context, Result};
-use fulcrum_model::{DeviceChoice, Model};
+use fulcrum_model::ModelSpec;
 use fulcrum_tasks::{create_task, TaskConfig};
-use fulcrum_train::eval::{evaluate_with_samples, EvalSettings};
+use fulcrum_train::{evaluate_with_samples, EvalSettings};
+
+use super::runtime::RuntimeArgs;
+use crate::results::eval_table;
 
 /// Flags of `fulcrum eval`.
 #[derive(Debug, clap::Args)]
@@ -44,51 +46,6 @@ pub struct Args {
     pub samples: Option<std::path::PathBuf>,
 }
 
-/// Seed, device and threads: the flags `eval` and `generate` share.
-#[derive(Debug, clap::Args)]
-pub struct RuntimeArgs {
-    /// Seed of the sampler's random stream.
-    #[arg(long, default_value_t = 0)]
-    pub seed: u64,
-    /// Device: cpu, cuda, cuda:N or auto.
-    #[arg(long, default_value = "cpu")]
-    pub device: String,
-    /// CPU threads for libtorch (0: one per core). Fewer than cores helps on a busy machine.
-    #[arg(long, default_value_t = 0)]
-    pub threads: usize,
-}
-
-impl RuntimeArgs {
-    /// The device `--device` names, resolved (`auto`: CUDA when there is one).
-    pub fn device(&self) -> Result<fulcrum_model::tch::Device> {
-        let choice: DeviceChoice = self
-            .device
-            .parse()
-            .map_err(|e| anyhow::anyhow!("--device: {e}"))?;
-        Ok(choice.resolve()?)
-    }
-}
-
-/// Sets libtorch's CPU thread count (0: one per core).
-pub fn set_threads(threads: usize) {
-    let n = if threads > 0 {
-        threads
-    } else {
-        std::thread::available_parallelism().map_or(1, |n| n.get())
-    };
-    fulcrum_model::tch::set_num_threads(n as i32);
-}
-
-/// A run directory means its final checkpoint; anything else is a model spec.
-pub fn resolve_model_spec(spec: &str) -> String {
-    let final_dir = Path::new(spec).join("checkpoints").join("final");
-    if final_dir.is_dir() {
-        final_dir.to_string_lossy().into_owned()
-    } else {
-        spec.to_string()
-    }
-}
-
 pub fn run(args: Args) -> Result<ExitCode> {
     if args.temperature < 0.0 || !args.temperature.is_finite() {
         anyhow::bail!(
@@ -99,7 +56,6 @@ pub fn run(args: Args) -> Result<ExitCode> {
     if args.k == 0 || args.prompts == 0 {
         anyhow::bail!("--k and --prompts must be >= 1");
     }
-    let device = args.runtime.device()?;
     // Tasks first: a bad spec or data file is reported before a slow model load.
     let specs = super::compare::grid::split_task_specs("--bench", &args.bench)?;
     let mut tasks = Vec::new();
@@ -117,9 +73,15 @@ pub fn run(args: Args) -> Result<ExitCode> {
         )),
         None => None,
     };
-    set_threads(args.runtime.threads);
-    let spec = resolve_model_spec(&args.model);
-    let model = Model::load(&spec, device).with_context(|| format!("loading model {spec}"))?;
+    let runtime = args.runtime.resolve()?;
+    let spec = ModelSpec::parse(&args.model).with_context(|| format!("--model {}", args.model))?;
+    let model = spec
+        .load(runtime.device, 0)
+        .with_context(|| format!("loading model {spec}"))?;
+    // What the JSON names as the model: the folder or file the weights came from.
+    let spec = spec
+        .weights_path()
+        .map_or_else(|| spec.to_string(), |p| p.to_string_lossy().into_owned());
     let mut rows = Vec::new();
     for (name, task) in specs.iter().zip(&tasks) {
         let s = EvalSettings {
@@ -156,32 +118,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
             serde_json::to_string(&serde_json::json!({"model": spec, "results": v}))?
         );
     } else {
-        println!(
-            "{:<16} {:>8} {:>4} {:>10} {:>10} {:>9} {:>9} {:>9} {:>8}",
-            "bench",
-            "problems",
-            "k",
-            "avg@k",
-            "pass@k",
-            "mean len",
-            "truncated",
-            "seconds",
-            "tok/s"
-        );
-        for (n, r, secs) in &rows {
-            println!(
-                "{:<16} {:>8} {:>4} {:>10.4} {:>10.4} {:>9.1} {:>9.3} {:>9.1} {:>8.1}",
-                n,
-                r.prompts,
-                r.k,
-                r.accuracy,
-                r.pass_at_k,
-                r.mean_len,
-                r.truncated,
-                secs,
-                r.tokens_per_s
-            );
-        }
+        print!("{}", eval_table(&rows));
     }
     Ok(ExitCode::SUCCESS)
 }

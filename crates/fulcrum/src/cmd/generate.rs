@@ -1,18 +1,19 @@
 //! `fulcrum generate`: complete one prompt with a model and print the continuation.
 //!
-//! For people and tests: loads `tiny`, an HF folder or a GGUF file, optionally wraps the prompt
+//! For people and tests: loads `tiny`, an HF folder, a GGUF file or a run directory's final
+//! checkpoint, optionally wraps the prompt
 //! in the model's chat template, samples with the KV-cache sampler and prints the text to stdout
 //! (the number of tokens and the reason it stopped go to stderr).
 use std::process::ExitCode;
 
 use anyhow::Context;
 use fulcrum_model::tch::Kind;
-use fulcrum_model::{generate, Message, Model, SampleRequest, Sampling};
+use fulcrum_model::{generate, Message, ModelSpec, SampleRequest, Sampling};
 
 /// Flags of `fulcrum generate`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Model: `tiny`, an HF folder, or a .gguf file.
+    /// Model: `tiny`, an HF folder, a .gguf file, or a run directory (its final checkpoint).
     #[arg(long)]
     pub model: String,
     /// Prompt text.
@@ -34,19 +35,19 @@ pub struct Args {
     #[arg(long)]
     pub top_p: Option<f64>,
     #[command(flatten)]
-    pub runtime: super::eval::RuntimeArgs,
+    pub runtime: super::runtime::RuntimeArgs,
     /// Run in bfloat16 (CUDA only).
     #[arg(long)]
     pub bf16: bool,
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let device = args.runtime.device()?;
-    super::eval::set_threads(args.runtime.threads);
     if args.temperature < 0.0 {
         anyhow::bail!("--temperature must be >= 0, got {}", args.temperature);
     }
-    let mut model = Model::load(&args.model, device)?;
+    let device = args.runtime.resolve()?.device;
+    let spec = ModelSpec::parse(&args.model).with_context(|| format!("--model {}", args.model))?;
+    let mut model = spec.load(device, 0)?;
     if args.bf16 {
         if !device.is_cuda() {
             anyhow::bail!("--bf16 needs a CUDA device (got {device:?})");

@@ -12,7 +12,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use fulcrum_tasks::code::CodeRunner;
-use fulcrum_tasks::score_file::{parse_requests, score_requests};
+use fulcrum_tasks::{parse_requests, score_requests};
 use fulcrum_tasks::{RewardMode, Verifier};
 
 /// Flags of `fulcrum score`.

@@ -4,7 +4,7 @@
 use std::process::ExitCode;
 
 use anyhow::Result;
-use fulcrum_train::run::{self, Event};
+use fulcrum_train::Event;
 
 /// Flags of `fulcrum sft`.
 #[derive(Debug, clap::Args)]
@@ -23,16 +23,27 @@ pub fn run(args: Args) -> Result<ExitCode> {
         anyhow::bail!("sft.steps is 0: nothing to do");
     }
     let pb = super::train::bar(args.quiet);
+    let mut skipped_steps = 0;
     let mut on = |e: Event<'_>| {
-        if let Event::Sft { step, total, loss } = e {
+        if let Event::Sft {
+            step,
+            total,
+            loss,
+            skipped,
+        } = e
+        {
             pb.set_prefix("sft");
             pb.set_length(total);
             pb.set_position(step);
             pb.set_message(format!("loss {loss:.3}"));
+            skipped_steps = skipped;
         }
     };
-    let (dir, accuracy) = run::warm_up(&cfg, &mut on)?;
+    let (dir, accuracy) = fulcrum_train::warm_up(&cfg, &mut on)?;
     pb.finish_and_clear();
+    if skipped_steps > 0 {
+        eprintln!("fulcrum: SFT skipped {skipped_steps} steps (non-finite loss or gradient)");
+    }
     println!("{:<28} {}", "model", dir.display());
     println!(
         "{:<28} {}",

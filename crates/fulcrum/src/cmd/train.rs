@@ -5,8 +5,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{Context, Result};
-use fulcrum_train::run::{self, Event, Summary};
 use fulcrum_train::Config;
+use fulcrum_train::{Event, RunSummary};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 /// Where a config comes from (shared by `train` and `sft`): defaults < `--config` < `--set`.
@@ -69,11 +69,21 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let pb = bar(args.quiet);
     let mut held_out = String::from("-");
     let mut on = |e: Event<'_>| match e {
-        Event::Sft { step, total, loss } => {
+        Event::Sft {
+            step,
+            total,
+            loss,
+            skipped,
+        } => {
             pb.set_prefix("sft");
             pb.set_length(total);
             pb.set_position(step);
             pb.set_message(format!("loss {loss:.3}"));
+            if step == total && skipped > 0 {
+                pb.println(format!(
+                    "fulcrum: SFT skipped {skipped} of {total} steps (non-finite loss or gradient)"
+                ));
+            }
         }
         Event::SftCached { path } => pb.println(format!(
             "fulcrum: SFT warm-up reused from {}",
@@ -94,27 +104,24 @@ pub fn run(args: Args) -> Result<ExitCode> {
             pb.set_prefix("grpo");
             pb.set_length(total);
             pb.set_position(step);
-            let get = |k: &str| metrics.get(k).and_then(|v| v.as_f64()).unwrap_or(f64::NAN);
-            let tps = get("sample/tokens") / get("time/sample").max(1e-9);
             pb.set_message(format!(
                 "reward {:.3} len {:.1} held-out {held_out} {:.0} tok/s",
-                get("reward/mean"),
-                get("len/mean"),
-                tps
+                metrics.reward_mean,
+                metrics.len_mean,
+                metrics.sample_tokens_per_s()
             ));
         }
         Event::Checkpoint { .. } => {}
     };
     let summary = match &args.resume {
-        Some(dir) => {
-            run::resume(dir, &mut on).with_context(|| format!("resuming {}", dir.display()))?
-        }
+        Some(dir) => fulcrum_train::resume(dir, &mut on)
+            .with_context(|| format!("resuming {}", dir.display()))?,
         None => {
             let mut cfg = args.source.load()?;
             if let Some(d) = &args.run_dir {
                 cfg.run_dir = Some(d.clone());
             }
-            run::train(&cfg, &mut on)?
+            fulcrum_train::train(&cfg, &mut on)?
         }
     };
     pb.finish_and_clear();
@@ -122,7 +129,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn print_summary(s: &Summary) {
+fn print_summary(s: &RunSummary) {
     let acc = |x: Option<f64>| x.map_or("-".to_string(), |v| format!("{v:.3}"));
     println!("{:<28} {}", "rule", s.rule);
     println!("{:<28} {}", "seed", s.seed);

@@ -13,6 +13,8 @@ use fulcrum_train::Config;
 /// task specs. A spec's own settings are comma-separated too
 /// (`countdown:difficulty=2,length=0.5`), so a piece of the form `key=value` with no `:` before
 /// the `=` continues the spec before it; any other piece starts a new spec.
+/// A bare path to a data file (`my.jsonl`, `train.parquet`) is the `jsonl` task on it and is
+/// spelled `jsonl:path=...` from here on.
 pub fn split_task_specs(flag: &str, values: &[String]) -> Result<Vec<String>> {
     let mut specs: Vec<String> = Vec::new();
     for value in values {
@@ -31,7 +33,7 @@ pub fn split_task_specs(flag: &str, values: &[String]) -> Result<Vec<String>> {
                 _ if is_setting => {
                     anyhow::bail!("{flag}: {piece:?} is a setting with no task name before it")
                 }
-                _ => specs.push(piece.to_string()),
+                _ => specs.push(fulcrum_tasks::expand_data_file(piece)),
             }
             new_value = false;
         }
@@ -181,7 +183,10 @@ pub fn state(cell: &Cell) -> Result<CellState> {
     }
     let old = Config::load(Some(&cfg_path), &[])
         .with_context(|| format!("{} holds a run without a readable config", dir.display()))?;
-    if old.to_toml() != cell.config.to_toml() {
+    // A run records its automatic choices (threads, device) resolved: compare like with like.
+    let (old, _) = fulcrum_train::resolve_runtime(&old)?;
+    let (new, _) = fulcrum_train::resolve_runtime(&cell.config)?;
+    if old.to_toml() != new.to_toml() {
         anyhow::bail!(
             "{} holds a run with a different config than this command asks for; \
              use another --out, or the original command to resume it",
@@ -222,6 +227,20 @@ mod tests {
 
     #[test]
     fn bad_task_specs_are_errors() {
+        // A bare path to a data file is the jsonl task on it, its settings following.
+        let specs = split_task_specs(
+            "--tasks",
+            &["arithmetic,data/my.jsonl,reward=plus-minus,train.parquet".into()],
+        )
+        .unwrap();
+        assert_eq!(
+            specs,
+            vec![
+                "arithmetic",
+                "jsonl:path=data/my.jsonl,reward=plus-minus",
+                "jsonl:path=train.parquet"
+            ]
+        );
         assert!(split_task_specs("--tasks", &["difficulty=2".into()]).is_err());
         assert!(split_task_specs("--tasks", &["lists:colour=red".into()]).is_err());
     }

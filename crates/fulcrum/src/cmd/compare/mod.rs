@@ -7,12 +7,9 @@
 //! checkpoint, which is what makes the rules start from the same model. Finished cells are
 //! skipped, interrupted ones resumed from their latest checkpoint, so the command can be run
 //! again after a kill. At the end `OUT/summary.json` and `OUT/summary.md` hold the measures of
-//! `summary.rs`; the table also goes to stdout.
+//! `results/summary.rs`; the table also goes to stdout.
 
 pub mod grid;
-pub mod run_data;
-pub mod stats;
-pub mod summary;
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -21,12 +18,11 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use anyhow::{Context, Result};
-use fulcrum_train::run::{self, Event};
+use fulcrum_train::{Event, RunData};
 use serde_json::json;
 
+use crate::results::summary::{self, Thresholds};
 use grid::{Cell, CellState};
-use run_data::RunData;
-use summary::Thresholds;
 
 /// Flags of `fulcrum compare`.
 #[derive(Debug, clap::Args)]
@@ -125,7 +121,11 @@ pub fn run(args: Args) -> Result<ExitCode> {
     };
     let stats: Vec<_> = cells
         .iter()
-        .map(|c| RunData::load(c.dir()).map(|d| summary::run_stats(&c.task, &d, &th)))
+        .map(|c| {
+            let d = RunData::load(c.dir())
+                .with_context(|| format!("reading the run {}", c.dir().display()))?;
+            Ok(summary::run_stats(&c.task, &d, &th))
+        })
         .collect::<Result<_>>()?;
     let s = summary::summarise(&tasks, &args.rules, &seeds, stats, th);
     let path = args.out.join("summary.json");
@@ -261,7 +261,7 @@ fn run_unit(
                 pb.set_message(format!("{task} seed {seed}: SFT warm-up"));
             }
         };
-        let (dir, acc) = run::warm_up(&wcfg, &mut on)
+        let (dir, acc) = fulcrum_train::warm_up(&wcfg, &mut on)
             .with_context(|| format!("SFT warm-up of {task}, seed {seed}"))?;
         pb.inc(wcfg.sft.steps.saturating_sub(counted));
         say(
@@ -292,20 +292,16 @@ fn run_unit(
             Event::Step { step, metrics, .. } => {
                 pb.inc(step.saturating_sub(counted));
                 counted = counted.max(step);
-                let r = metrics.get("reward/mean").and_then(|v| v.as_f64());
-                pb.set_message(format!(
-                    "{label}: reward {}",
-                    r.map_or("-".into(), |r| format!("{r:.3}"))
-                ));
+                pb.set_message(format!("{label}: reward {:.3}", metrics.reward_mean));
             }
             Event::SftCached { path } => reused = Some(path.to_path_buf()),
             Event::Sft { .. } => trained_own = true,
             _ => {}
         };
         let summary = match state {
-            CellState::Partial => run::resume(cell.dir(), &mut on)
+            CellState::Partial => fulcrum_train::resume(cell.dir(), &mut on)
                 .with_context(|| format!("resuming {}", cell.dir().display()))?,
-            _ => run::train(&cell.config, &mut on)
+            _ => fulcrum_train::train(&cell.config, &mut on)
                 .with_context(|| format!("run {}", cell.dir().display()))?,
         };
         // A fresh run must have started from the shared warm-up (a resumed one starts from its

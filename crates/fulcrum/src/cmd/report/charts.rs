@@ -44,17 +44,21 @@ impl Series {
     }
 }
 
-/// Colours by rule, fixed so that a rule looks the same on every chart.
+/// Colours by rule, fixed so that a rule looks the same on every chart (grey for a label that
+/// names no rule).
 pub fn rule_color(rule: &str) -> RGBColor {
+    let Ok(rule) = rule.parse::<fulcrum_core::Rule>() else {
+        return RGBColor(90, 90, 90);
+    };
+    use fulcrum_core::Rule;
     match rule {
-        "token" => RGBColor(31, 119, 180),
-        "seq" => RGBColor(255, 127, 14),
-        "ba" => RGBColor(44, 160, 44),
-        "token-group" => RGBColor(148, 103, 189),
-        "drgrpo" => RGBColor(214, 39, 40),
-        "seq-sum" => RGBColor(140, 86, 75),
-        "ba-batch" => RGBColor(23, 190, 207),
-        _ => RGBColor(90, 90, 90),
+        Rule::Token => RGBColor(31, 119, 180),
+        Rule::Seq => RGBColor(255, 127, 14),
+        Rule::Ba => RGBColor(44, 160, 44),
+        Rule::TokenGroup => RGBColor(148, 103, 189),
+        Rule::DrGrpo => RGBColor(214, 39, 40),
+        Rule::SeqSum => RGBColor(140, 86, 75),
+        Rule::BaBatch => RGBColor(23, 190, 207),
     }
 }
 

@@ -1,19 +1,21 @@
-//! Forward and backward over one mini-batch, cut into micro-batches (design.md step 6).
+//! Gradient accumulation: forward and backward over one mini-batch, cut into micro-batches
+//! (design.md step 6).
 //!
 //! Responses are ordered by total length before cutting, so each micro-batch pads little; the
 //! order does not matter to the result because every weight was fixed for the whole step batch
 //! (the invariance the spec requires, tested in `tests/invariance.rs`). Gradients accumulate in
 //! the parameters' `.grad`; the caller zeroes them before and steps after.
 
+use fulcrum_core::KlEstimator;
 use fulcrum_model::logprobs::EntropyGrad;
 use fulcrum_model::masked_logprobs::masked_sequence_logprobs_with;
-use fulcrum_model::sequence_logprobs;
+use fulcrum_model::{sequence_logprobs, Model};
 use tch::{Kind, Tensor};
 
 use crate::config::Config;
 use crate::error::TrainError;
-use crate::packing::{pack, ppo_token_loss, Item};
-use crate::step::Policy;
+use crate::loss::{kl_estimate, ppo_token_loss};
+use crate::packing::{pack, Item};
 
 /// Sums over the micro-batches of a mini-batch (plain numbers, for metrics).
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -48,20 +50,11 @@ impl MicroStats {
     }
 }
 
-/// Runs forward and backward over `items` in micro-batches of `ppo.micro_batch_size`
-/// responses (or `micro_batch_size` when given), accumulating gradients.
+/// Runs forward and backward over `items` in micro-batches of `micro` responses, accumulating
+/// the gradients of `model` (`reference`: the frozen model of the KL term, when on).
 pub fn backward_micro_batches(
-    policy: &mut Policy,
-    items: &[Item<'_>],
-    reg_weight: f64,
-    cfg: &Config,
-) -> Result<MicroStats, TrainError> {
-    backward_with_micro_size(policy, items, reg_weight, cfg, cfg.ppo.micro_batch_size)
-}
-
-/// As [`backward_micro_batches`] with an explicit micro-batch size.
-pub fn backward_with_micro_size(
-    policy: &mut Policy,
+    model: &Model,
+    reference: Option<&Model>,
     items: &[Item<'_>],
     reg_weight: f64,
     cfg: &Config,
@@ -69,8 +62,7 @@ pub fn backward_with_micro_size(
 ) -> Result<MicroStats, TrainError> {
     // A zero-weight response contributes nothing to the gradient unless a regulariser (which
     // averages over every response token) is on.
-    let regularised =
-        cfg.ppo.entropy_coef > 0.0 || (cfg.ppo.kl_coef > 0.0 && policy.reference.is_some());
+    let regularised = cfg.ppo.entropy_coef > 0.0 || (cfg.ppo.kl_coef > 0.0 && reference.is_some());
     let skip_zero = cfg.ppo.skip_zero_weight && !regularised;
     let mut order: Vec<usize> = (0..items.len())
         .filter(|&i| items[i].active && !(skip_zero && items[i].weight == 0.0))
@@ -81,7 +73,7 @@ pub fn backward_with_micro_size(
             i,
         )
     });
-    let device = policy.model.device();
+    let device = model.device();
     let clip = cfg.clip();
     let temperature = cfg.rollout.temperature;
     let mut stats = MicroStats::default();
@@ -98,14 +90,13 @@ pub fn backward_with_micro_size(
         };
         // Only response positions go through the LM head, in bounded chunks.
         let (out, head) = masked_sequence_logprobs_with(
-            policy.model.net(),
+            model.net(),
             &p.input_ids,
             &p.mask,
             temperature,
             entropy_grad,
             cfg.memory(),
-        )
-        .map_err(TrainError::model)?;
+        )?;
         let (token_loss, counts) = ppo_token_loss(&out.logprobs, &p, &clip);
         let policy_loss = (&token_loss * &p.weights).sum(Kind::Float);
         let reg = &p.mask * reg_weight;
@@ -116,19 +107,18 @@ pub fn backward_with_micro_size(
             terms.push((&out.entropy * &reg).sum(Kind::Float) * -cfg.ppo.entropy_coef);
         }
         let mut kl_ref_sum = 0.0;
-        if let (Some(reference), true) = (&policy.reference, cfg.ppo.kl_coef > 0.0) {
+        if let (Some(reference), true) = (reference, cfg.ppo.kl_coef > 0.0) {
             let ref_lp =
-                tch::no_grad(|| sequence_logprobs(reference.net(), &p.input_ids, temperature))
-                    .map_err(TrainError::model)?
+                tch::no_grad(|| sequence_logprobs(reference.net(), &p.input_ids, temperature))?
                     .logprobs;
-            let kl = kl_estimate(&out.logprobs, &ref_lp, &cfg.ppo.kl_estimator);
+            let kl = kl_estimate(&out.logprobs, &ref_lp, cfg.ppo.kl_estimator);
             kl_ref_sum = tch::no_grad(|| (&kl * &p.mask).sum(Kind::Float).double_value(&[]));
             terms.push((&kl * &reg).sum(Kind::Float) * cfg.ppo.kl_coef);
         }
         let total = Tensor::stack(&terms, 0).sum(Kind::Float);
-        head.backward(&total).map_err(TrainError::model)?;
+        head.backward(&total)?;
         tch::no_grad(|| {
-            let kl_sampling = kl_estimate(&out.logprobs, &p.old_logprobs, "k3");
+            let kl_sampling = kl_estimate(&out.logprobs, &p.old_logprobs, KlEstimator::K3);
             stats.add(&MicroStats {
                 loss: total.double_value(&[]),
                 policy_loss: policy_loss.double_value(&[]),
@@ -141,13 +131,4 @@ pub fn backward_with_micro_size(
         });
     }
     Ok(stats)
-}
-
-/// `k1 = logp - logp_ref` or `k3 = exp(logp_ref - logp) - (logp_ref - logp) - 1`, per token.
-fn kl_estimate(logp: &Tensor, logp_ref: &Tensor, estimator: &str) -> Tensor {
-    let d = logp_ref - logp;
-    match estimator {
-        "k1" => -d,
-        _ => d.exp() - &d - 1.0,
-    }
 }

@@ -16,7 +16,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::run_data::RunData;
+use fulcrum_train::{RunData, StepMetrics};
+
 use super::stats::{self, Fit, MeanCi};
 
 /// The cut-offs of the stability measures (every default in one place).
@@ -73,31 +74,28 @@ pub struct RunStats {
 }
 
 pub fn run_stats(task: &str, run: &RunData, th: &Thresholds) -> RunStats {
-    let series = |k: &str| run.series(k);
-    let first = |k: &str| series(k).first().map(|p| p.1);
+    let first = |f: fn(&StepMetrics) -> Option<f64>| run.series(f).first().map(|p| p.1);
     let n = run.steps.len();
 
     // Collapse, step by step.
-    let (ent0, len0) = (first("entropy/mean"), first("len/mean"));
-    let at = |k: &str, m: &serde_json::Map<String, serde_json::Value>| {
-        m.get(k).and_then(serde_json::Value::as_f64)
-    };
+    let entropy = |m: &StepMetrics| finite(m.entropy_mean);
+    let length = |m: &StepMetrics| finite(m.len_mean);
+    let (ent0, len0) = (first(entropy), first(length));
     let (mut ent_c, mut len_c, mut acc_c, mut any_c) = (0, 0, 0, 0);
     let (mut best, mut current) = (f64::NEG_INFINITY, None::<f64>);
     let mut evals = run.evals.iter().peekable();
     for m in &run.steps {
-        let step = at("step", m).unwrap_or(0.0) as u64;
         // The held-out accuracy in force at this step: the latest evaluation before it.
         while let Some((s, a)) = evals.peek() {
-            if *s >= step {
+            if *s >= m.step {
                 break;
             }
             best = best.max(*a);
             current = Some(*a);
             evals.next();
         }
-        let e = matches!((at("entropy/mean", m), ent0), (Some(e), Some(e0)) if e < th.entropy_floor * e0);
-        let l = matches!((at("len/mean", m), len0),
+        let e = matches!((entropy(m), ent0), (Some(e), Some(e0)) if e < th.entropy_floor * e0);
+        let l = matches!((length(m), len0),
             (Some(l), Some(l0)) if l > th.len_blowup * l0 || l < th.len_floor * l0);
         let a = current.is_some_and(|c| c < best - th.acc_margin);
         ent_c += e as usize;
@@ -106,16 +104,17 @@ pub fn run_stats(task: &str, run: &RunData, th: &Thresholds) -> RunStats {
         any_c += (e || l || a) as usize;
     }
 
-    let rewards = run.values("reward/mean");
+    let rewards = run.values(|m| Some(m.reward_mean));
     let window = ((rewards.len() as f64 * th.last_frac).ceil() as usize).max(2);
     let reward_spread = stats::std_sample(&rewards[rewards.len().saturating_sub(window)..]);
-    let grads = run.values("grad/norm");
+    let grads = run.values(|m| Some(m.grad_norm));
     // A run whose median gradient is 0 (mostly unmixed groups) has no scale to spike against.
     let grad_spikes = stats::median(&grads).filter(|m| *m > 0.0).map_or(0, |med| {
         grads.iter().filter(|g| **g > th.spike_factor * med).count()
     });
     let auc_points: Vec<(f64, f64)> = run.evals.iter().map(|(s, a)| (*s as f64, *a)).collect();
-    let mean_of = |k: &str| stats::mean(&run.values(k));
+    let mean_of = |f: &dyn Fn(&StepMetrics) -> Option<f64>| stats::mean(&run.values(f));
+    let rule = run.config.rule;
     RunStats {
         task: task.to_string(),
         rule: run.rule().to_string(),
@@ -133,17 +132,18 @@ pub fn run_stats(task: &str, run: &RunData, th: &Thresholds) -> RunStats {
         skipped_steps: run.skipped_steps(),
         grad_spikes,
         length: LengthProfile {
-            len_cv: mean_of("len/cv"),
-            len_gap: mean_of("len/gap"),
-            len_gap_rel: mean_of("len/gap_rel"),
+            len_cv: mean_of(&|m| m.len_cv),
+            len_gap: mean_of(&|m| m.len_gap),
+            len_gap_rel: mean_of(&|m| m.len_gap_rel),
         },
-        mass_ratio: mean_of(&format!("mass_ratio/{}", run.rule())),
-        wall_seconds: run
-            .summary
-            .as_ref()
-            .and_then(|s| s.get("wall_seconds"))
-            .and_then(serde_json::Value::as_f64),
+        mass_ratio: mean_of(&|m| m.mass(rule).mass_ratio),
+        wall_seconds: run.summary.as_ref().map(|s| s.wall_seconds),
     }
+}
+
+/// `Some(x)` when `x` is finite (a metric written as `null` reads back as NaN).
+fn finite(x: f64) -> Option<f64> {
+    x.is_finite().then_some(x)
 }
 
 /// The length profile of the sampled groups: within-group length CV, and the ± gap
@@ -216,7 +216,7 @@ pub struct Relation {
 }
 
 #[derive(Debug, Clone, Serialize)]
-pub struct Summary {
+pub struct ComparisonSummary {
     pub rules: Vec<String>,
     pub tasks: Vec<String>,
     pub seeds: Vec<u64>,
@@ -239,7 +239,7 @@ pub fn summarise(
     seeds: &[u64],
     runs: Vec<RunStats>,
     th: Thresholds,
-) -> Summary {
+) -> ComparisonSummary {
     let mut groups = Vec::new();
     let mut contrasts = Vec::new();
     for task in tasks {
@@ -281,7 +281,7 @@ pub fn summarise(
     }
     let relations = relations(&contrasts);
     let pooled = pooled(&runs, tasks, rules, seeds);
-    Summary {
+    ComparisonSummary {
         rules: rules.to_vec(),
         tasks: tasks.to_vec(),
         seeds: seeds.to_vec(),
@@ -412,7 +412,7 @@ fn num(x: Option<f64>, digits: usize) -> String {
 }
 
 /// The summary as Markdown tables (also printed by `compare`).
-pub fn table(s: &Summary) -> String {
+pub fn table(s: &ComparisonSummary) -> String {
     let mut out = String::new();
     out.push_str("| task | rule | seeds | final acc (95% CI) | acc AUC | reward sd (last) | collapse steps | skipped | grad spikes | len CV | ± gap (L- − L+) | rel. gap | mass ratio +/- |\n");
     out.push_str("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");

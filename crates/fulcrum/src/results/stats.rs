@@ -41,9 +41,8 @@ pub fn mean_ci(xs: &[f64]) -> Option<MeanCi> {
     Some(MeanCi { mean, ci95, n })
 }
 
-pub fn mean(xs: &[f64]) -> Option<f64> {
-    (!xs.is_empty()).then(|| xs.iter().sum::<f64>() / xs.len() as f64)
-}
+/// The arithmetic mean (fulcrum-core's one implementation); `None` for no values.
+pub use fulcrum_core::stats::mean;
 
 /// Sample standard deviation (n-1).
 pub fn std_sample(xs: &[f64]) -> Option<f64> {

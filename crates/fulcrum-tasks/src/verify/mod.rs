@@ -3,75 +3,44 @@
 //! `math` uses the answer checker in [`crate::math`], `exact` compares the final `Answer:` line
 //! (or the whole response) with the answer after collapsing whitespace, and `code` runs the
 //! response's Python against test code in the sandbox of [`crate::code`]. [`score_response`]
-//! is the one entry point used by `fulcrum score`, the JSONL task and the benchmark tasks.
+//! is the one entry point for a single response; [`score_requests`] scores a batch in order,
+//! running code items concurrently (`fulcrum score`, the JSONL and benchmark tasks).
 
-use std::str::FromStr;
+mod batch;
 
-use serde::{Deserialize, Serialize};
+pub use batch::{parse_request, parse_requests, score_requests, ScoreRequest};
 
 use crate::code::{CodeRunner, TestSpec};
-use crate::error::{Result, TaskError};
 use crate::math::{self, MathOptions};
-use crate::task::Score;
+use serde::{Deserialize, Serialize};
 
-/// How a response is checked against its answer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
-#[serde(rename_all = "lowercase")]
-pub enum Verifier {
-    /// Extract the final answer and compare it mathematically ([`crate::math`]).
-    #[default]
-    Math,
-    /// Compare the final `Answer:` line (or the whole response) as text.
-    Exact,
-    /// Run the response's Python code, then the answer as test code, in the sandbox.
-    Code,
-}
-
-impl Verifier {
-    /// Every verifier name, in one place.
-    pub const NAMES: [&'static str; 3] = ["math", "exact", "code"];
-
-    /// The config spelling.
-    pub fn name(self) -> &'static str {
-        match self {
-            Verifier::Math => "math",
-            Verifier::Exact => "exact",
-            Verifier::Code => "code",
-        }
+fulcrum_core::closed_set! {
+    /// How a response is checked against its answer.
+    #[derive(Default)]
+    pub enum Verifier("verifier") {
+        /// Extract the final answer and compare it mathematically ([`crate::math`]).
+        #[default]
+        Math = "math",
+        /// Compare the final `Answer:` line (or the whole response) as text.
+        Exact = "exact",
+        /// Run the response's Python code, then the answer as test code, in the sandbox.
+        Code = "code",
     }
 }
 
-impl FromStr for Verifier {
-    type Err = TaskError;
-    fn from_str(s: &str) -> Result<Self> {
-        match s {
-            "math" => Ok(Verifier::Math),
-            "exact" => Ok(Verifier::Exact),
-            "code" => Ok(Verifier::Code),
-            _ => Err(TaskError::UnknownName {
-                kind: "verifier",
-                name: s.to_string(),
-                valid: Verifier::NAMES.join(", "),
-            }),
-        }
+fulcrum_core::closed_set! {
+    /// The reward scale: `{0,1}` (default) or `{-1,+1}` as verl's math_dapo gives.
+    #[derive(Default)]
+    pub enum RewardMode("reward mode") {
+        /// Wrong 0, right 1; a pass fraction stays as it is.
+        #[default]
+        ZeroOne = "zero-one",
+        /// Wrong -1, right +1; a pass fraction f becomes 2f - 1.
+        PlusMinus = "plus-minus",
     }
-}
-
-/// The reward scale: `{0,1}` (default) or `{-1,+1}` as verl's math_dapo gives.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
-#[serde(rename_all = "kebab-case")]
-pub enum RewardMode {
-    /// Wrong 0, right 1; a pass fraction stays as it is.
-    #[default]
-    ZeroOne,
-    /// Wrong -1, right +1; a pass fraction f becomes 2f - 1.
-    PlusMinus,
 }
 
 impl RewardMode {
-    /// Every reward mode name, in one place.
-    pub const NAMES: [&'static str; 2] = ["zero-one", "plus-minus"];
-
     /// Maps a success fraction in `[0,1]` to the reward.
     pub fn reward(self, fraction: f64) -> f64 {
         match self {
@@ -81,17 +50,24 @@ impl RewardMode {
     }
 }
 
-impl FromStr for RewardMode {
-    type Err = TaskError;
-    fn from_str(s: &str) -> Result<Self> {
-        match s {
-            "zero-one" => Ok(RewardMode::ZeroOne),
-            "plus-minus" => Ok(RewardMode::PlusMinus),
-            _ => Err(TaskError::UnknownName {
-                kind: "reward mode",
-                name: s.to_string(),
-                valid: RewardMode::NAMES.join(", "),
-            }),
+/// The outcome of scoring one response.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Score {
+    /// The reward given to the trainer (in `{0,1}` or `{-1,+1}`, or a pass fraction).
+    pub reward: f64,
+    /// Whether the response counts as correct (for accuracy metrics).
+    pub correct: bool,
+    /// A short reason: the extracted answer and the check that passed or failed.
+    pub reason: String,
+}
+
+impl Score {
+    /// A score from a pass/fail outcome under a reward mode.
+    pub fn from_outcome(mode: RewardMode, correct: bool, reason: impl Into<String>) -> Self {
+        Score {
+            reward: mode.reward(if correct { 1.0 } else { 0.0 }),
+            correct,
+            reason: reason.into(),
         }
     }
 }
@@ -179,9 +155,9 @@ mod tests {
     }
 
     #[test]
-    fn names_round_trip() -> Result<()> {
-        for n in Verifier::NAMES {
-            assert_eq!(n.parse::<Verifier>()?.name(), n);
+    fn names_round_trip() -> crate::Result<()> {
+        for v in Verifier::ALL {
+            assert_eq!(v.name().parse::<Verifier>()?, *v);
         }
         assert!("maths".parse::<Verifier>().is_err());
         Ok(())

@@ -1,4 +1,5 @@
-//! Scoring a file of responses: the library side of `fulcrum score FILE`.
+//! Scoring many responses at once: the batch scorer behind `fulcrum score FILE` and the
+//! dataset tasks' [`crate::Task::score_batch`].
 //!
 //! Each JSONL line holds `response`, `answer` (a string; a number for math; for code, test code
 //! or a list of `{"input", "output"}` stdin/stdout cases) and optionally
@@ -13,8 +14,7 @@ use serde_json::Value;
 
 use crate::code::{extract_code, CodeRunner, TestSpec};
 use crate::error::{Result, TaskError};
-use crate::task::Score;
-use crate::verify::{score_response, RewardMode, Verifier};
+use crate::verify::{score_response, RewardMode, Score, Verifier};
 
 /// One line of a score file.
 #[derive(Debug, Clone, PartialEq)]
@@ -58,7 +58,7 @@ pub fn parse_request(path: &Path, line: usize, text: &str) -> Result<ScoreReques
         None | Some(Value::Null) => Verifier::Math,
         Some(Value::String(s)) => s
             .parse()
-            .map_err(|e: TaskError| err("verifier", e.to_string()))?,
+            .map_err(|e: fulcrum_core::CoreError| err("verifier", e.to_string()))?,
         Some(_) => return Err(err("verifier", "expected a string".into())),
     };
     let entry_point = match v.get("entry_point") {

@@ -1,0 +1,290 @@
+//! Building a task by name: [`TaskConfig`] (the `[task]` table, or the compact
+//! `NAME[:key=value,...]` spelling of the command line) and [`create_task`], the one factory
+//! that knows every implementation (the synthetic families, `jsonl`, the benchmarks).
+
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+use crate::data::registry::{Benchmark, BenchmarkTask, BENCHMARK_NAMES};
+use crate::error::{Result, TaskError};
+use crate::jsonl_task::JsonlTask;
+use crate::synthetic::{Family, Knobs, Shape, SyntheticTask};
+use crate::task::Task;
+use crate::verify::RewardMode;
+
+/// The names [`create_task`] knows, besides the benchmark names of [`crate::data::registry`].
+pub const TASK_NAMES: [&str; 5] = ["arithmetic", "countdown", "lists", "steps", "jsonl"];
+
+/// How to build a task: its name plus the knobs that apply to it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TaskConfig {
+    /// A synthetic family (`arithmetic`, `countdown`, `lists`, `steps`), `jsonl`, or a
+    /// benchmark name (`gsm8k`, `math500`, ...).
+    pub name: String,
+    /// Synthetic tasks: 1 (easiest) to 10.
+    pub difficulty: u32,
+    /// Synthetic tasks: scales how much working the demonstrations write (0 = answer only,
+    /// 1 = normal, 2 = verbose).
+    pub length: f64,
+    /// Synthetic tasks: probability that a demonstration carries an injected mistake.
+    pub mistake_rate: f64,
+    /// Synthetic tasks: fraction of demonstrations that restate every working line (`check`
+    /// lines), right or wrong alike: within-group length variation without a ± gap.
+    pub verbose_rate: f64,
+    /// Synthetic tasks: length of a mistaken demonstration's working relative to a right one's
+    /// (1 = same, 0.5 = half its lines, 2 = repeated): sets the sign and size of the ± gap.
+    pub mistake_length: f64,
+    /// `jsonl` (and benchmarks, to override the registry's file): the file to read.
+    pub path: Option<PathBuf>,
+    /// `{0,1}` (`zero-one`) or `{-1,+1}` (`plus-minus`).
+    pub reward: RewardMode,
+    /// `jsonl`: a prompt template applied to every record, `{problem}` standing for the
+    /// record's prompt (e.g. an instruction to put the answer in `\boxed{}`); `None`: as is.
+    pub template: Option<String>,
+}
+
+impl Default for TaskConfig {
+    fn default() -> Self {
+        TaskConfig {
+            name: "arithmetic".into(),
+            difficulty: 3,
+            length: 1.0,
+            mistake_rate: 0.0,
+            verbose_rate: 0.0,
+            mistake_length: 1.0,
+            path: None,
+            reward: RewardMode::ZeroOne,
+            template: None,
+        }
+    }
+}
+
+impl FromStr for TaskConfig {
+    type Err = TaskError;
+
+    /// The compact spelling used on the command line: `NAME[:key=value,...]`, for example
+    /// `countdown:difficulty=4,mistake_rate=0.1` or `jsonl:path=my.jsonl`. A bare path to a
+    /// data file (`my.jsonl`, `train.parquet`, see [`is_data_file`]) means the `jsonl` task on
+    /// that file, with the same optional settings after a `:`.
+    fn from_str(s: &str) -> Result<Self> {
+        let spec = expand_data_file(s);
+        let (name, rest) = spec.split_once(':').unwrap_or((&spec, ""));
+        let mut cfg = TaskConfig {
+            name: name.trim().to_string(),
+            ..TaskConfig::default()
+        };
+        for kv in rest.split(',').filter(|kv| !kv.trim().is_empty()) {
+            let (k, v) = kv.split_once('=').ok_or_else(|| TaskError::Setting {
+                key: kv.to_string(),
+                problem: "expected key=value".into(),
+            })?;
+            let (k, v) = (k.trim(), v.trim());
+            let bad = |p: &str| TaskError::Setting {
+                key: k.to_string(),
+                problem: format!("{p}: {v:?}"),
+            };
+            match k {
+                "difficulty" => cfg.difficulty = v.parse().map_err(|_| bad("not an integer"))?,
+                "length" => cfg.length = v.parse().map_err(|_| bad("not a number"))?,
+                "mistake_rate" => cfg.mistake_rate = v.parse().map_err(|_| bad("not a number"))?,
+                "verbose_rate" => cfg.verbose_rate = v.parse().map_err(|_| bad("not a number"))?,
+                "mistake_length" => {
+                    cfg.mistake_length = v.parse().map_err(|_| bad("not a number"))?
+                }
+                "path" => cfg.path = Some(PathBuf::from(v)),
+                "reward" => cfg.reward = v.parse()?,
+                _ => {
+                    return Err(TaskError::Setting {
+                        key: k.to_string(),
+                        problem: "unknown key (valid: difficulty, length, mistake_rate, \
+                                  verbose_rate, mistake_length, path, reward)"
+                            .into(),
+                    })
+                }
+            }
+        }
+        Ok(cfg)
+    }
+}
+
+/// Whether a task name is a path to a data file that the `jsonl` task reads
+/// (`.jsonl`, `.jsonl.gz`, `.json`, `.json.gz`, `.parquet`).
+pub fn is_data_file(name: &str) -> bool {
+    let lower = name.trim().to_ascii_lowercase();
+    [".jsonl", ".jsonl.gz", ".json", ".json.gz", ".parquet"]
+        .iter()
+        .any(|ext| lower.ends_with(ext) && lower.len() > ext.len())
+}
+
+/// Rewrites a task spec whose name is a bare data-file path (`my.jsonl[:settings]`) into the
+/// `jsonl:path=...` spelling; any other spec is returned as it is.
+pub fn expand_data_file(spec: &str) -> String {
+    let (name, rest) = spec.split_once(':').unwrap_or((spec, ""));
+    if !is_data_file(name) {
+        return spec.to_string();
+    }
+    let mut out = format!("jsonl:path={}", name.trim());
+    if !rest.trim().is_empty() {
+        out.push(',');
+        out.push_str(rest);
+    }
+    out
+}
+
+impl TaskConfig {
+    /// Checks the ranges of the knobs.
+    pub fn validate(&self) -> Result<()> {
+        let bad = |key: &str, problem: String| {
+            Err(TaskError::Setting {
+                key: key.into(),
+                problem,
+            })
+        };
+        if !(1..=10).contains(&self.difficulty) {
+            return bad(
+                "difficulty",
+                format!("{} is outside 1..=10", self.difficulty),
+            );
+        }
+        if !(0.0..=4.0).contains(&self.length) {
+            return bad("length", format!("{} is outside 0..=4", self.length));
+        }
+        if !(0.0..=1.0).contains(&self.mistake_rate) {
+            return bad(
+                "mistake_rate",
+                format!("{} is outside 0..=1", self.mistake_rate),
+            );
+        }
+        if !(0.0..=1.0).contains(&self.verbose_rate) {
+            return bad(
+                "verbose_rate",
+                format!("{} is outside 0..=1", self.verbose_rate),
+            );
+        }
+        if !(0.0..=4.0).contains(&self.mistake_length) {
+            return bad(
+                "mistake_length",
+                format!("{} is outside 0..=4", self.mistake_length),
+            );
+        }
+        if let Some(t) = &self.template {
+            if !t.contains("{problem}") {
+                return bad("template", format!("{t:?} has no {{problem}} placeholder"));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Creates a task by name (see [`TASK_NAMES`] and the benchmark registry). An unknown name is
+/// an error listing every valid one and suggesting the nearest.
+pub fn create_task(cfg: &TaskConfig) -> Result<Box<dyn Task>> {
+    cfg.validate()?;
+    if let Ok(family) = cfg.name.parse::<Family>() {
+        let knobs = Knobs {
+            difficulty: cfg.difficulty,
+            length: cfg.length,
+            mistake_rate: cfg.mistake_rate,
+        };
+        let shape = Shape {
+            verbose_rate: cfg.verbose_rate,
+            mistake_length: cfg.mistake_length,
+        };
+        return Ok(Box::new(SyntheticTask::new(
+            family, knobs, shape, cfg.reward,
+        )));
+    }
+    if cfg.name == "jsonl" {
+        let path = cfg.path.as_deref().ok_or_else(|| TaskError::Setting {
+            key: "path".into(),
+            problem: "the jsonl task needs a path".into(),
+        })?;
+        return Ok(Box::new(jsonl_task(path, cfg)?));
+    }
+    if is_data_file(&cfg.name) && cfg.path.is_none() {
+        return Ok(Box::new(jsonl_task(Path::new(cfg.name.trim()), cfg)?));
+    }
+    if let Some(bench) = Benchmark::find(&cfg.name) {
+        return Ok(Box::new(BenchmarkTask::load(
+            bench,
+            cfg.path.as_deref(),
+            cfg.reward,
+        )?));
+    }
+    let mut valid: Vec<&str> = TASK_NAMES.to_vec();
+    valid.extend(BENCHMARK_NAMES);
+    Err(fulcrum_core::names::unknown_name("task", &cfg.name, &valid).into())
+}
+
+/// The `jsonl` task on `path`, with the config's reward mode and template.
+fn jsonl_task(path: &Path, cfg: &TaskConfig) -> Result<JsonlTask> {
+    let task = JsonlTask::load(path, cfg.reward)?;
+    Ok(match &cfg.template {
+        Some(t) => task.with_template(t),
+        None => task,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn compact_spelling_sets_knobs() -> Result<()> {
+        let cfg: TaskConfig =
+            "countdown:difficulty=4,mistake_rate=0.25,reward=plus-minus".parse()?;
+        assert_eq!(cfg.name, "countdown");
+        assert_eq!(cfg.difficulty, 4);
+        assert_eq!(cfg.mistake_rate, 0.25);
+        assert_eq!(cfg.reward, RewardMode::PlusMinus);
+        Ok(())
+    }
+
+    #[test]
+    fn unknown_key_is_an_error() {
+        assert!("lists:colour=red".parse::<TaskConfig>().is_err());
+    }
+
+    #[test]
+    fn unknown_task_name_lists_valid_names() {
+        let cfg = TaskConfig {
+            name: "arithmatic".into(),
+            ..TaskConfig::default()
+        };
+        let err = create_task(&cfg)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(err.contains("arithmetic") && err.contains("gsm8k"), "{err}");
+        assert!(err.contains("did you mean arithmetic?"), "{err}");
+    }
+
+    #[test]
+    fn a_bare_data_file_path_is_the_jsonl_task_on_it() -> Result<()> {
+        let cfg: TaskConfig = "data/my tasks.jsonl".parse()?;
+        assert_eq!(cfg.name, "jsonl");
+        assert_eq!(cfg.path.as_deref(), Some(Path::new("data/my tasks.jsonl")));
+        let cfg: TaskConfig = "train.parquet:reward=plus-minus".parse()?;
+        assert_eq!(
+            (cfg.name.as_str(), cfg.reward),
+            ("jsonl", RewardMode::PlusMinus)
+        );
+        assert_eq!(cfg.path.as_deref(), Some(Path::new("train.parquet")));
+        assert_eq!(expand_data_file("x.jsonl.gz"), "jsonl:path=x.jsonl.gz");
+        assert_eq!(expand_data_file("gsm8k"), "gsm8k");
+        assert!(!is_data_file(".jsonl") && !is_data_file("jsonl"));
+        Ok(())
+    }
+
+    #[test]
+    fn out_of_range_difficulty_is_rejected() {
+        let cfg = TaskConfig {
+            difficulty: 11,
+            ..TaskConfig::default()
+        };
+        assert!(create_task(&cfg).is_err());
+    }
+}

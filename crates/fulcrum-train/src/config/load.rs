@@ -1,0 +1,245 @@
+//! Reading a config: defaults < TOML file < `--set` overrides, with errors naming the file and
+//! the key path; and writing the resolved config back as TOML.
+
+use std::path::Path;
+
+use super::Config;
+use crate::TrainError;
+
+impl Config {
+    /// Reads `path` (or only the defaults when `None`), applies `--set` overrides in order,
+    /// and validates. Messages name the file, or `(defaults)` when there is none.
+    pub fn load(path: Option<&Path>, overrides: &[String]) -> Result<Self, TrainError> {
+        let (file, mut table) = match path {
+            Some(p) => {
+                let shown = p.display().to_string();
+                let text = std::fs::read_to_string(p).map_err(TrainError::io(p))?;
+                let table: toml::Table =
+                    text.parse()
+                        .map_err(|e: toml::de::Error| TrainError::ConfigSyntax {
+                            file: shown.clone(),
+                            message: e.to_string().trim_end().to_string(),
+                        })?;
+                (shown, table)
+            }
+            None => ("(defaults)".to_string(), toml::Table::new()),
+        };
+        for o in overrides {
+            apply_override(&mut table, o)?;
+        }
+        Self::from_table(table, &file)
+    }
+
+    /// Deserialises a table over the defaults, naming the key path of any error.
+    pub fn from_table(table: toml::Table, file: &str) -> Result<Self, TrainError> {
+        let cfg: Config =
+            serde_path_to_error::deserialize(toml::Value::Table(table)).map_err(|e| {
+                let key = e.path().to_string();
+                let message = e.into_inner().to_string().trim_end().to_string();
+                TrainError::ConfigKey {
+                    file: file.to_string(),
+                    key: if key == "." {
+                        "(top level)".into()
+                    } else {
+                        key
+                    },
+                    message,
+                }
+            })?;
+        cfg.validate(file)?;
+        Ok(cfg)
+    }
+
+    /// The resolved config as TOML, for `runs/<name>/config.toml`.
+    pub fn to_toml(&self) -> String {
+        // Every field is a TOML-representable type; `None`s are simply left out.
+        toml::to_string_pretty(self)
+            .unwrap_or_else(|e| format!("# config could not be written: {e}\n"))
+    }
+}
+
+/// Applies one `key.path=value` override to the raw table. The value is read as TOML (so
+/// `8`, `0.28`, `true`, `[1, 2]` keep their types) and otherwise taken as a plain string (so
+/// `rule=ba` works without quotes).
+pub fn apply_override(table: &mut toml::Table, given: &str) -> Result<(), TrainError> {
+    let bad = |message: &str| TrainError::BadOverride {
+        given: given.to_string(),
+        message: message.to_string(),
+    };
+    let (key, raw) = given
+        .split_once('=')
+        .ok_or_else(|| bad("expected key=value"))?;
+    let key = key.trim();
+    let parts: Vec<&str> = key.split('.').collect();
+    if parts.iter().any(|p| p.is_empty()) {
+        return Err(bad("empty key"));
+    }
+    let value = parse_value(raw.trim());
+    let mut node = table;
+    for p in &parts[..parts.len() - 1] {
+        let entry = node
+            .entry(p.to_string())
+            .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+        node = entry
+            .as_table_mut()
+            .ok_or_else(|| bad(&format!("`{p}` is not a table")))?;
+    }
+    node.insert(parts[parts.len() - 1].to_string(), value);
+    Ok(())
+}
+
+fn parse_value(raw: &str) -> toml::Value {
+    let doc = format!("v = {raw}");
+    match doc.parse::<toml::Table>() {
+        Ok(mut t) => t
+            .remove("v")
+            .unwrap_or_else(|| toml::Value::String(raw.to_string())),
+        Err(_) => toml::Value::String(raw.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fulcrum_core::Rule;
+    use std::path::PathBuf;
+
+    fn write(dir: &Path, text: &str) -> PathBuf {
+        let p = dir.join("c.toml");
+        std::fs::write(&p, text).unwrap();
+        p
+    }
+
+    #[test]
+    fn defaults_are_valid_and_round_trip_through_toml() {
+        let c = Config::default();
+        c.validate("(defaults)").unwrap();
+        let text = c.to_toml();
+        let back = Config::from_table(text.parse().unwrap(), "x").unwrap();
+        assert_eq!(back, c);
+    }
+
+    #[test]
+    fn the_demo_preset_is_the_defaults() {
+        let preset = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../configs/demo.toml");
+        let c = Config::load(Some(&preset), &[]).unwrap();
+        assert_eq!(
+            c,
+            Config::default(),
+            "regenerate with `fulcrum train --print-config`"
+        );
+    }
+
+    #[test]
+    fn file_then_overrides_take_precedence() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = write(
+            dir.path(),
+            "steps = 5\nrule = \"seq\"\n[ppo]\neps_high = 0.3\n",
+        );
+        let c = Config::load(
+            Some(&p),
+            &[
+                "steps=8".into(),
+                "ppo.eps_low=0.1".into(),
+                "rule=ba-batch".into(),
+            ],
+        )
+        .unwrap();
+        assert_eq!(c.steps, 8);
+        assert_eq!(c.rule, Rule::BaBatch);
+        assert_eq!(c.ppo.eps_high, 0.3);
+        assert_eq!(c.ppo.eps_low, 0.1);
+        let c = Config::load(None, &["task.difficulty=4".into()]).unwrap();
+        assert_eq!(c.task.difficulty, 4);
+    }
+
+    #[test]
+    fn unknown_key_names_key_and_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = write(dir.path(), "[ppo]\neps_hgh = 0.3\n");
+        let err = Config::load(Some(&p), &[]).unwrap_err().to_string();
+        assert!(
+            err.contains("c.toml: ppo") && err.contains("eps_hgh"),
+            "{err}"
+        );
+        let err = Config::load(None, &["stepz=3".into()])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("stepz"), "{err}");
+    }
+
+    #[test]
+    fn wrong_type_and_bad_names_are_errors_with_the_key() {
+        let err = Config::load(None, &["steps=many".into()])
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("(defaults): steps:"), "{err}");
+        let err = Config::load(None, &["rule=ba_batch".into()])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("rule:") && err.contains("did you mean ba-batch?"),
+            "{err}"
+        );
+        let err = Config::load(None, &["ppo.dual_clip_c=0.5".into()])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("ppo.dual_clip_c"), "{err}");
+        let err = Config::load(None, &["rollout.group_size=1".into()])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("rollout.group_size"), "{err}");
+        let err = Config::load(None, &["steps".into()])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("expected key=value"), "{err}");
+    }
+
+    #[test]
+    fn every_closed_set_is_typed_and_a_typo_names_key_and_nearest_name() {
+        for (set, key, near) in [
+            (
+                "optim.schedule=cosin",
+                "optim.schedule",
+                "did you mean cosine?",
+            ),
+            (
+                "ppo.kl_estimator=k2",
+                "ppo.kl_estimator",
+                "valid kl estimators: k1, k3",
+            ),
+            ("model.dtype=bf61", "model.dtype", "did you mean bf16?"),
+            ("advantage=rlo", "advantage", "did you mean rloo?"),
+            ("device=gpu", "device", "cpu, cuda, cuda:N, auto"),
+        ] {
+            let err = Config::load(None, &[set.into()]).unwrap_err().to_string();
+            assert!(err.contains(key) && err.contains(near), "{set}: {err}");
+        }
+        let c = Config::load(
+            None,
+            &[
+                "optim.schedule=cosine".into(),
+                "ppo.kl_estimator=k1".into(),
+                "device=cuda:1".into(),
+            ],
+        )
+        .unwrap();
+        assert_eq!(c.optim.schedule, crate::ScheduleKind::Cosine);
+        assert_eq!(c.ppo.kl_estimator, fulcrum_core::KlEstimator::K1);
+        assert_eq!(c.device, fulcrum_model::DeviceChoice::Cuda(1));
+        assert!(
+            c.to_toml().contains("device = \"cuda:1\""),
+            "{}",
+            c.to_toml()
+        );
+    }
+
+    #[test]
+    fn syntax_error_names_the_file_and_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = write(dir.path(), "steps = 5\nrule = \n");
+        let err = Config::load(Some(&p), &[]).unwrap_err().to_string();
+        assert!(err.contains("c.toml") && err.contains("line 2"), "{err}");
+    }
+}

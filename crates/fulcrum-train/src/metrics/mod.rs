@@ -1,0 +1,217 @@
+//! What a run records, typed: [`StepMetrics`] is one line of `metrics.jsonl`, written by the
+//! step and read back by `train`, `compare` and `report` through [`crate::RunData`]; the JSONL
+//! streams themselves are in `jsonl.rs`.
+//!
+//! The serde names are the file's keys (`reward/mean`, `mass_ratio/ba`, ...). A line is written
+//! through `serde_json::Value`, whose map is ordered by key, so a line's keys come out sorted;
+//! a value that is not finite is written as `null` and read back as NaN (or `None` where the
+//! field is optional).
+
+mod jsonl;
+
+use std::collections::BTreeMap;
+
+use fulcrum_core::{Rule, RuleMass};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+pub use jsonl::{truncate_after, JsonlWriter};
+
+/// One GRPO step's metrics line.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct StepMetrics {
+    pub step: u64,
+    /// Mean shaped reward over the step's responses.
+    #[serde(rename = "reward/mean", deserialize_with = "nan_if_null")]
+    pub reward_mean: f64,
+    /// Fraction of responses the verifier judged correct.
+    #[serde(rename = "acc/train", deserialize_with = "nan_if_null")]
+    pub acc_train: f64,
+    /// Fraction of responses cut at `max_response_len`.
+    #[serde(rename = "len/truncated_frac", deserialize_with = "nan_if_null")]
+    pub len_truncated_frac: f64,
+    /// The spec's length diagnostics over the loss-masked lengths.
+    #[serde(rename = "len/mean", deserialize_with = "nan_if_null")]
+    pub len_mean: f64,
+    #[serde(rename = "len/cv")]
+    pub len_cv: Option<f64>,
+    #[serde(rename = "len/pos_mean")]
+    pub len_pos_mean: Option<f64>,
+    #[serde(rename = "len/neg_mean")]
+    pub len_neg_mean: Option<f64>,
+    #[serde(rename = "len/gap")]
+    pub len_gap: Option<f64>,
+    #[serde(rename = "len/gap_rel")]
+    pub len_gap_rel: Option<f64>,
+    /// Fractions of groups with mixed, all-correct and all-wrong rewards.
+    #[serde(rename = "groups/mixed", deserialize_with = "nan_if_null")]
+    pub groups_mixed: f64,
+    #[serde(rename = "groups/all_correct", deserialize_with = "nan_if_null")]
+    pub groups_all_correct: f64,
+    #[serde(rename = "groups/all_wrong", deserialize_with = "nan_if_null")]
+    pub groups_all_wrong: f64,
+    /// Every rule's masses on this batch (`mass_pos/<rule>`, ...), whichever rule trained.
+    #[serde(flatten)]
+    pub rules: RuleMasses,
+    /// The loss as back-propagated (policy + regularisers), summed over the step's updates.
+    #[serde(rename = "loss/total", deserialize_with = "nan_if_null")]
+    pub loss_total: f64,
+    #[serde(rename = "loss/policy", deserialize_with = "nan_if_null")]
+    pub loss_policy: f64,
+    /// Fractions of response tokens clipped low, high, either, and dual-clipped.
+    #[serde(rename = "clip/frac_low", deserialize_with = "nan_if_null")]
+    pub clip_frac_low: f64,
+    #[serde(rename = "clip/frac_high", deserialize_with = "nan_if_null")]
+    pub clip_frac_high: f64,
+    #[serde(rename = "clip/frac", deserialize_with = "nan_if_null")]
+    pub clip_frac: f64,
+    #[serde(rename = "clip/dual_frac", deserialize_with = "nan_if_null")]
+    pub clip_dual_frac: f64,
+    /// Token-mean k3 KL between the sampling policy and the current one.
+    #[serde(rename = "kl/sampling", deserialize_with = "nan_if_null")]
+    pub kl_sampling: f64,
+    /// Token-mean KL estimate to the reference (0 when KL is off).
+    #[serde(rename = "kl/reference", deserialize_with = "nan_if_null")]
+    pub kl_reference: f64,
+    #[serde(rename = "entropy/mean", deserialize_with = "nan_if_null")]
+    pub entropy_mean: f64,
+    /// The largest gradient norm (before clipping) of the step's optimizer steps.
+    #[serde(rename = "grad/norm", deserialize_with = "nan_if_null")]
+    pub grad_norm: f64,
+    /// Whether any update of the step was skipped (non-finite loss or gradient).
+    pub skipped: bool,
+    #[serde(rename = "opt/steps")]
+    pub opt_steps: u64,
+    #[serde(rename = "opt/lr", deserialize_with = "nan_if_null")]
+    pub opt_lr: f64,
+    #[serde(rename = "sample/groups_drawn")]
+    pub groups_drawn: u64,
+    #[serde(rename = "sample/groups_dropped")]
+    pub groups_dropped: u64,
+    /// Sampled response tokens (stop tokens included).
+    #[serde(rename = "sample/tokens")]
+    pub sample_tokens: i64,
+    /// Seconds spent sampling, scoring, training and in the whole step (not reproducible).
+    #[serde(rename = "time/sample", deserialize_with = "nan_if_null")]
+    pub time_sample: f64,
+    #[serde(rename = "time/score", deserialize_with = "nan_if_null")]
+    pub time_score: f64,
+    #[serde(rename = "time/train", deserialize_with = "nan_if_null")]
+    pub time_train: f64,
+    #[serde(rename = "time/step", deserialize_with = "nan_if_null")]
+    pub time_step: f64,
+}
+
+impl StepMetrics {
+    /// Sampling throughput of this step, tokens per second.
+    pub fn sample_tokens_per_s(&self) -> f64 {
+        self.sample_tokens as f64 / self.time_sample.max(1e-9)
+    }
+
+    /// The masses of `rule` on this step's batch (all NaN / `None` if the line lacks them).
+    pub fn mass(&self, rule: Rule) -> RuleMass {
+        self.rules.0.get(&rule).cloned().unwrap_or(RuleMass {
+            mass_pos: f64::NAN,
+            mass_neg: f64::NAN,
+            mass_ratio: None,
+            len_weight_corr: None,
+        })
+    }
+}
+
+/// Every rule's [`RuleMass`], written as the keys `mass_pos/<rule>`, `mass_neg/<rule>`,
+/// `mass_ratio/<rule>` and `len_weight_corr/<rule>`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RuleMasses(pub BTreeMap<Rule, RuleMass>);
+
+const MASS_KEYS: [&str; 4] = ["mass_pos", "mass_neg", "mass_ratio", "len_weight_corr"];
+
+impl Serialize for RuleMasses {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = s.serialize_map(Some(self.0.len() * MASS_KEYS.len()))?;
+        for (rule, m) in &self.0 {
+            let name = rule.name();
+            map.serialize_entry(&format!("mass_pos/{name}"), &m.mass_pos)?;
+            map.serialize_entry(&format!("mass_neg/{name}"), &m.mass_neg)?;
+            map.serialize_entry(&format!("mass_ratio/{name}"), &m.mass_ratio)?;
+            map.serialize_entry(&format!("len_weight_corr/{name}"), &m.len_weight_corr)?;
+        }
+        map.end()
+    }
+}
+
+impl<'de> Deserialize<'de> for RuleMasses {
+    /// Takes the `<mass key>/<rule>` entries of the line (the other keys of the line reach
+    /// here too, through `flatten`, and are left alone).
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let rest = BTreeMap::<String, serde_json::Value>::deserialize(d)?;
+        let mut out: BTreeMap<Rule, RuleMass> = BTreeMap::new();
+        for (key, value) in rest {
+            let Some((kind, rule)) = key.split_once('/') else {
+                continue;
+            };
+            if !MASS_KEYS.contains(&kind) {
+                continue;
+            }
+            let rule: Rule = rule.parse().map_err(serde::de::Error::custom)?;
+            let x = value.as_f64();
+            let m = out.entry(rule).or_default();
+            match kind {
+                "mass_pos" => m.mass_pos = x.unwrap_or(f64::NAN),
+                "mass_neg" => m.mass_neg = x.unwrap_or(f64::NAN),
+                "mass_ratio" => m.mass_ratio = x,
+                _ => m.len_weight_corr = x,
+            }
+        }
+        Ok(RuleMasses(out))
+    }
+}
+
+/// `null` (how JSON writes a non-finite number) reads back as NaN.
+fn nan_if_null<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    Ok(Option::<f64>::deserialize(d)?.unwrap_or(f64::NAN))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_line_round_trips_with_sorted_keys_and_per_rule_masses() {
+        let mut m = StepMetrics {
+            step: 3,
+            reward_mean: 0.5,
+            len_cv: Some(0.25),
+            loss_total: f64::NAN,
+            ..StepMetrics::default()
+        };
+        m.rules.0.insert(
+            Rule::BaBatch,
+            RuleMass {
+                mass_pos: 0.6,
+                mass_neg: 0.4,
+                mass_ratio: Some(1.5),
+                len_weight_corr: None,
+            },
+        );
+        let line = serde_json::to_string(&serde_json::to_value(&m).unwrap()).unwrap();
+        assert!(line.contains("\"mass_ratio/ba-batch\":1.5"), "{line}");
+        assert!(line.contains("\"loss/total\":null"), "{line}");
+        assert!(line.contains("\"len/gap\":null"), "{line}");
+        let keys: Vec<String> =
+            serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(&line)
+                .unwrap()
+                .keys()
+                .cloned()
+                .collect();
+        let mut sorted = keys.clone();
+        sorted.sort();
+        assert_eq!(keys, sorted);
+        let back: StepMetrics = serde_json::from_str(&line).unwrap();
+        assert!(back.loss_total.is_nan());
+        assert_eq!(back.mass(Rule::BaBatch).mass_ratio, Some(1.5));
+        assert_eq!(back.len_cv, Some(0.25));
+        assert!(back.mass(Rule::Token).mass_pos.is_nan());
+    }
+}

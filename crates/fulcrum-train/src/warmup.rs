@@ -1,0 +1,132 @@
+//! The starting policy of a run: the configured model, or its SFT warm-up, trained once and
+//! cached in `sft-cache/` beside the run directory so that every run computing the same warm-up
+//! (same model, task, SFT and optimizer settings, seed) shares it.
+
+use std::path::{Path, PathBuf};
+
+use fulcrum_model::{Model, ModelSpec};
+use fulcrum_tasks::Task;
+use serde_json::{json, Value};
+use tch::Device;
+
+use crate::checkpoint;
+use crate::config::Config;
+use crate::error::TrainError;
+use crate::eval::{evaluate, EvalSettings};
+use crate::event::Event;
+use crate::sft::run_sft;
+
+/// Where a run starts: the model, its held-out accuracy after SFT, and the folder it was
+/// loaded from (the SFT cache entry) when there was a warm-up.
+pub struct Start {
+    pub model: Model,
+    pub sft_accuracy: Option<f64>,
+    pub dir: Option<PathBuf>,
+}
+
+/// The SFT cache entry for this (model, task, SFT settings, seed): a checkpoint directory under
+/// `sft-cache/` beside the run directory.
+pub fn sft_cache_dir(cfg: &Config, run_dir: &Path) -> PathBuf {
+    let key = json!({"model": cfg.model, "task": cfg.task, "sft": cfg.sft, "seed": cfg.seed,
+                     "optim": [cfg.optim.beta1, cfg.optim.beta2, cfg.optim.eps, cfg.optim.weight_decay, cfg.optim.grad_clip]});
+    let digest = sha_hex(key.to_string().as_bytes());
+    // Beside the run directory, so that the runs of one comparison (or of `runs/`) share it.
+    let parent = run_dir
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    parent.join("sft-cache").join(format!(
+        "{}-seed{}-{}",
+        cfg.task.name,
+        cfg.seed,
+        &digest[..12]
+    ))
+}
+
+fn sha_hex(bytes: &[u8]) -> String {
+    use sha2::{Digest, Sha256};
+    Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// The configured model with its LoRA adapters (the built-in model seeded by the run's seed).
+pub fn configured_model(
+    cfg: &Config,
+    spec: &ModelSpec,
+    device: Device,
+) -> Result<Model, TrainError> {
+    let mut model = spec.load(device, cfg.seed)?;
+    // A model loaded from a folder saved with adapters already has them.
+    if let (Some(lora), None) = (&cfg.model.lora, model.lora()) {
+        model.attach_lora(lora)?;
+    }
+    Ok(model)
+}
+
+/// Loads the starting policy: the SFT-warmed model (from the cache, or trained now and
+/// cached), else the configured model.
+pub fn starting_policy(
+    cfg: &Config,
+    spec: &ModelSpec,
+    run_dir: &Path,
+    (task, eval_task): (&dyn Task, &dyn Task),
+    device: Device,
+    on: &mut dyn FnMut(Event<'_>),
+) -> Result<Start, TrainError> {
+    if cfg.sft.steps == 0 {
+        return Ok(Start {
+            model: configured_model(cfg, spec, device)?,
+            sft_accuracy: None,
+            dir: None,
+        });
+    }
+    let cache = sft_cache_dir(cfg, run_dir);
+    if let Ok(manifest) = checkpoint::verify(&cache) {
+        on(Event::SftCached { path: &cache });
+        return Ok(Start {
+            model: Model::load_hf(&cache, device)?,
+            sft_accuracy: manifest.meta.get("sft_accuracy").and_then(Value::as_f64),
+            dir: Some(cache),
+        });
+    }
+    let mut model = configured_model(cfg, spec, device)?;
+    let total = cfg.sft.steps;
+    let skipped = run_sft(&mut model, task, cfg, |p| {
+        on(Event::Sft {
+            step: p.step,
+            total,
+            loss: p.loss,
+            skipped: p.skipped,
+        })
+    })?;
+    let result = evaluate(&model, eval_task, &EvalSettings::of(cfg))?;
+    checkpoint::write(
+        &cache,
+        json!({"sft_accuracy": result.accuracy, "sft": cfg.sft, "sft_skipped_steps": skipped}),
+        |dir| Ok(model.save(dir)?),
+    )?;
+    Ok(Start {
+        model,
+        sft_accuracy: Some(result.accuracy),
+        dir: Some(cache),
+    })
+}
+
+/// The frozen reference for the KL term: the starting policy, loaded again (`None` when KL is
+/// off).
+pub fn reference_model(
+    cfg: &Config,
+    spec: &ModelSpec,
+    start_dir: Option<&Path>,
+    device: Device,
+) -> Result<Option<Model>, TrainError> {
+    if cfg.ppo.kl_coef == 0.0 {
+        return Ok(None);
+    }
+    Ok(Some(match start_dir {
+        Some(d) => Model::load_hf(d, device)?,
+        None => spec.load(device, cfg.seed)?,
+    }))
+}
