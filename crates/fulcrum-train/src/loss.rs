@@ -54,24 +54,9 @@ pub fn kl_estimate(logp: &Tensor, logp_ref: &Tensor, estimator: KlEstimator) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::packing::{pack, Item};
-    use crate::rollout::Rollout;
+    use crate::packing::{pack, test_rollout as rollout, Item};
     use fulcrum_core::ppo_loss;
     use tch::Device;
-
-    fn rollout(prompt: usize, resp: usize) -> Rollout {
-        Rollout {
-            group: 0,
-            prompt_ids: (1..=prompt as i64).collect(),
-            response_ids: (10..10 + resp as i64).collect(),
-            old_logprobs: (0..resp).map(|j| -0.5 - 0.1 * j as f32).collect(),
-            truncated: false,
-            text: String::new(),
-            reward: 0.0,
-            correct: false,
-            reason: String::new(),
-        }
-    }
 
     #[test]
     fn tensor_loss_matches_the_core_formula() {

@@ -89,24 +89,28 @@ pub fn pack(items: &[Item<'_>], device: Device) -> Packed {
     }
 }
 
+/// A rollout for tests: `prompt` prompt tokens, `resp` response tokens with made-up
+/// sampling log-probabilities.
+#[cfg(test)]
+pub(crate) fn test_rollout(prompt: usize, resp: usize) -> Rollout {
+    Rollout {
+        group: 0,
+        prompt_ids: (1..=prompt as i64).collect(),
+        response_ids: (10..10 + resp as i64).collect(),
+        old_logprobs: (0..resp).map(|j| -0.5 - 0.1 * j as f32).collect(),
+        truncated: false,
+        text: String::new(),
+        reward: 0.0,
+        correct: false,
+        reason: String::new(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    use super::test_rollout as rollout;
     use super::*;
     use tch::Kind;
-
-    fn rollout(prompt: usize, resp: usize) -> Rollout {
-        Rollout {
-            group: 0,
-            prompt_ids: (1..=prompt as i64).collect(),
-            response_ids: (10..10 + resp as i64).collect(),
-            old_logprobs: (0..resp).map(|j| -0.5 - 0.1 * j as f32).collect(),
-            truncated: false,
-            text: String::new(),
-            reward: 0.0,
-            correct: false,
-            reason: String::new(),
-        }
-    }
 
     #[test]
     fn packing_aligns_response_tokens_with_next_token_positions() {
