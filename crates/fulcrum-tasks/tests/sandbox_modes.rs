@@ -7,7 +7,8 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 
 use fulcrum_tasks::code::{
-    probe, run_python, SandboxChoice, SandboxConfig, SandboxError, SandboxMode,
+    probe, run_python, set_sandbox_choice, CodeRunner, SandboxChoice, SandboxConfig, SandboxError,
+    SandboxMode, TestSpec,
 };
 
 /// A temporary directory of this test process, removed on drop.
@@ -228,4 +229,109 @@ fn choices_parse_by_name_and_round_trip_through_serde() {
     let err = "rlimit".parse::<SandboxChoice>().expect_err("not a mode");
     assert!(err.to_string().contains("unsafe-rlimit"), "{err}");
     assert!(serde_json::from_str::<SandboxChoice>("\"rlimit\"").is_err());
+}
+
+/// Set in a child of this test binary that runs under a seccomp filter.
+const CONFINED: &str = "FULCRUM_TEST_CONFINED";
+
+/// Runs `test` again in a child of this test binary, under a seccomp filter that refuses
+/// `unshare` (as a container's profile does) and, with `no_landlock`, Landlock (as a kernel
+/// without it), and without bwrap. Returns false in that child, which then runs the test body.
+fn rerun_confined(test: &str, no_landlock: bool) -> bool {
+    use std::collections::BTreeMap;
+    use std::os::unix::process::CommandExt;
+
+    use seccompiler::{BpfProgram, SeccompAction, SeccompFilter, TargetArch};
+
+    if std::env::var_os(CONFINED).is_some() {
+        return false;
+    }
+    let arch = TargetArch::try_from(std::env::consts::ARCH).expect("a seccompiler arch");
+    let filter = |nr: i64, errno: i32| -> BpfProgram {
+        SeccompFilter::new(
+            BTreeMap::from([(nr, Vec::new())]),
+            SeccompAction::Allow,
+            SeccompAction::Errno(errno as u32),
+            arch,
+        )
+        .and_then(BpfProgram::try_from)
+        .expect("filter")
+    };
+    let mut filters = vec![filter(libc::SYS_unshare, libc::EPERM)];
+    if no_landlock {
+        filters.push(filter(libc::SYS_landlock_create_ruleset, libc::ENOSYS));
+    }
+    let mut cmd = std::process::Command::new(std::env::current_exe().expect("test binary"));
+    cmd.args(["--exact", test, "--nocapture", "--test-threads=1"])
+        .env(CONFINED, "1")
+        .env("FULCRUM_BWRAP", "/nonexistent/bwrap")
+        .env_remove("FULCRUM_SANDBOX");
+    // SAFETY: applying prepared filters to the child only; seccompiler makes two syscalls.
+    unsafe {
+        cmd.pre_exec(move || {
+            for f in &filters {
+                seccompiler::apply_filter(f).map_err(|_| std::io::Error::last_os_error())?;
+            }
+            Ok(())
+        });
+    }
+    let out = cmd.output().expect("runs itself");
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    eprint!("{stderr}");
+    assert!(
+        out.status.success() && stdout.contains("1 passed"),
+        "{test} confined:\n{stdout}\n{stderr}"
+    );
+    true
+}
+
+#[test]
+fn a_container_that_refuses_namespaces_gets_the_landlock_mode() {
+    if rerun_confined(
+        "a_container_that_refuses_namespaces_gets_the_landlock_mode",
+        false,
+    ) {
+        return;
+    }
+    let chosen = SandboxChoice::Auto
+        .resolve(&SandboxConfig::default())
+        .expect("landlock works without namespaces");
+    assert_eq!(chosen.mode, SandboxMode::Landlock, "{}", chosen.why);
+    assert!(
+        chosen.why.contains("bwrap: not found") && chosen.why.contains("unshare"),
+        "{}",
+        chosen.why
+    );
+}
+
+#[test]
+fn without_namespaces_and_landlock_code_rewards_are_refused() {
+    if rerun_confined(
+        "without_namespaces_and_landlock_code_rewards_are_refused",
+        true,
+    ) {
+        return;
+    }
+    let err = CodeRunner::try_detect().expect_err("no sandbox works");
+    let text = err.to_string();
+    assert!(
+        text.contains("namespaces:") && text.contains("landlock: this kernel has no Landlock"),
+        "{text}"
+    );
+    // The library's runner refuses every program, with the reason, instead of running it.
+    let runner = CodeRunner::detect();
+    assert!(runner.refused().is_some());
+    let o = runner.run_code("x = 1\n", &TestSpec::Asserts("assert x == 1".into()));
+    assert!(!o.passed && o.fraction == 0.0, "{o:?}");
+    assert!(o.reason.contains("code rewards refused"), "{}", o.reason);
+    // The process's choice is final once made: no silent switch to the weak mode later. The
+    // way out is asking for it by name (a config key, flag or FULCRUM_SANDBOX), which works.
+    assert!(set_sandbox_choice(SandboxChoice::Mode(SandboxMode::UnsafeRlimit)).is_err());
+    let weak = SandboxChoice::Mode(SandboxMode::UnsafeRlimit)
+        .resolve(&SandboxConfig::default())
+        .expect("runs Python");
+    assert_eq!(weak.mode, SandboxMode::UnsafeRlimit);
 }

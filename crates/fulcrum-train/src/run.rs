@@ -11,6 +11,7 @@ use std::time::Instant;
 
 use fulcrum_model::optim::{AdamW, AdamWConfig, LrSchedule};
 use fulcrum_model::{DeviceChoice, Model};
+use fulcrum_tasks::code::{sandbox_for_tasks, SandboxChoice};
 use fulcrum_tasks::{create_task, Task};
 use serde_json::{json, Value};
 use tch::Device;
@@ -274,14 +275,20 @@ pub fn train(cfg: &Config, on: &mut dyn FnMut(Event<'_>)) -> Result<Summary, Tra
     let t0 = Instant::now();
     let device = device_of(cfg)?;
     let task = create_task(&cfg.task).map_err(TrainError::data)?;
+    let eval_task = eval_task_of(cfg)?;
+    let eval_task = eval_task.as_deref().unwrap_or(task.as_ref());
+    // Code rewards: the sandbox is chosen (and printed) now, and recorded in config.toml.
+    let sandbox = sandbox_for_tasks(cfg.sandbox, &[task.as_ref(), eval_task], cfg.seed)
+        .map_err(TrainError::data)?;
     let run_dir = choose_run_dir(cfg)?;
     fs::create_dir_all(&run_dir).map_err(io_err(&run_dir))?;
     let mut resolved = cfg.clone();
     resolved.run_dir = Some(run_dir.clone());
+    if let Some(mode) = sandbox {
+        resolved.sandbox = SandboxChoice::Mode(mode);
+    }
     let cfg_path = run_dir.join("config.toml");
     fs::write(&cfg_path, resolved.to_toml()).map_err(io_err(&cfg_path))?;
-    let eval_task = eval_task_of(cfg)?;
-    let eval_task = eval_task.as_deref().unwrap_or(task.as_ref());
     start_fresh(
         &resolved,
         task.as_ref(),
@@ -379,6 +386,8 @@ pub fn resume(run_dir: &Path, on: &mut dyn FnMut(Event<'_>)) -> Result<Summary, 
     let task = create_task(&cfg.task).map_err(TrainError::data)?;
     let eval_task = eval_task_of(&cfg)?;
     let eval_task = eval_task.as_deref().unwrap_or(task.as_ref());
+    sandbox_for_tasks(cfg.sandbox, &[task.as_ref(), eval_task], cfg.seed)
+        .map_err(TrainError::data)?;
     let ckpts = run_dir.join("checkpoints");
     checkpoint::clean_leftovers(&ckpts)?;
     let Some((step, dir)) = checkpoint::list_steps(&ckpts)?.pop() else {

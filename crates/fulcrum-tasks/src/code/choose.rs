@@ -190,18 +190,21 @@ pub fn probe(mode: SandboxMode, base: &SandboxConfig) -> Result<String, String> 
         ),
         SandboxMode::Landlock => {
             if abi == 0 {
-                return Err("this kernel has no Landlock (not built in, or not in its lsm= list)".into());
+                return Err(
+                    "this kernel has no Landlock (not built in, or not in its lsm= list)".into(),
+                );
             }
             if !root && abi < 6 {
                 return Err(format!(
                     "Landlock ABI {abi}: a non-root runner needs ABI 6 (Linux 6.12) so that programs cannot signal its processes"
                 ));
             }
-            format!("landlock: Landlock ABI {abi}, seccomp, no namespaces{}", if root { ", uid 65534" } else { "" })
+            format!(
+                "landlock: Landlock ABI {abi}, seccomp, no namespaces{}",
+                if root { ", uid 65534" } else { "" }
+            )
         }
-        SandboxMode::UnsafeRlimit => {
-            "unsafe-rlimit: rlimits only; programs are NOT contained (they can write files, use the network and leave processes behind)".into()
-        }
+        SandboxMode::UnsafeRlimit => "unsafe-rlimit: rlimits only".into(),
     };
     if !base.python.is_file() {
         return Err(format!(
@@ -285,8 +288,12 @@ static IN_USE: OnceLock<(SandboxChoice, Result<Chosen, SandboxError>)> = OnceLoc
 /// `FULCRUM_SANDBOX`). Once a sandbox was resolved, only the same choice is accepted.
 pub fn set_sandbox_choice(choice: SandboxChoice) -> Result<(), SandboxError> {
     let mut slot = CHOICE.lock().unwrap_or_else(PoisonError::into_inner);
-    if let Some((chosen, _)) = IN_USE.get() {
-        if *chosen != choice {
+    if let Some((chosen, resolved)) = IN_USE.get() {
+        // Naming the mode that `auto` already picked is the same choice (a resumed run
+        // records the mode it used).
+        let same_mode =
+            matches!((choice, resolved), (SandboxChoice::Mode(m), Ok(c)) if c.mode == m);
+        if *chosen != choice && !same_mode {
             return Err(SandboxError::AlreadyChosen {
                 chosen: *chosen,
                 asked: choice,
@@ -311,7 +318,8 @@ pub fn sandbox_choice() -> Result<SandboxChoice, SandboxError> {
 }
 
 /// The sandbox of this process: resolved (probed) once, on first use, and printed once to
-/// stderr; later calls return the same answer.
+/// stderr when it works (a refusal is the caller's to report); later calls return the same
+/// answer.
 pub fn sandbox_in_use() -> Result<Chosen, SandboxError> {
     let choice = sandbox_choice()?;
     let (_, resolved) = IN_USE.get_or_init(|| {
@@ -321,10 +329,10 @@ pub fn sandbox_in_use() -> Result<Chosen, SandboxError> {
                 eprintln!("fulcrum: code sandbox: {} mode ({})", c.mode, c.why)
             }
             Ok(c) => eprintln!(
-                "fulcrum: code sandbox: {} mode, chosen by name: model-written programs are NOT contained; use it only for programs you trust ({})",
-                c.mode, c.why
+                "fulcrum: code sandbox: {} mode, asked for by name: model-written programs are NOT contained (they can write files, use the network and leave processes behind); use it only for programs you trust",
+                c.mode
             ),
-            Err(e) => eprintln!("fulcrum: {e}"),
+            Err(_) => {}
         }
         (choice, r)
     });

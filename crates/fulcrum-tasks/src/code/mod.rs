@@ -25,6 +25,9 @@ pub mod sandbox;
 
 use std::sync::{Condvar, Mutex};
 
+use crate::task::{Split, Task};
+use crate::verify::Verifier;
+
 pub use choose::{
     probe, sandbox_choice, sandbox_in_use, set_sandbox_choice, Chosen, SandboxChoice, SandboxError,
     SANDBOX_ENV,
@@ -164,6 +167,29 @@ fn signal_reason(sig: i32) -> String {
     }
 }
 
+/// For a run over `tasks`: makes `choice` this process's sandbox and, when a task scores code
+/// (judged by a sample of its examples of either split), resolves it now, so that the mode is
+/// printed at the start and a refusal stops the run before its first step. Returns the mode in
+/// use (to record in the run's config), or `None` when no task scores code.
+pub fn sandbox_for_tasks(
+    choice: SandboxChoice,
+    tasks: &[&dyn Task],
+    seed: u64,
+) -> crate::Result<Option<SandboxMode>> {
+    set_sandbox_choice(choice)?;
+    let mut needs_code = false;
+    for task in tasks {
+        for split in [Split::Train, Split::Test] {
+            let examples = task.examples(split, seed, 32)?;
+            needs_code |= examples.iter().any(|e| e.verifier == Verifier::Code);
+        }
+    }
+    if !needs_code {
+        return Ok(None);
+    }
+    Ok(Some(sandbox_in_use()?.mode))
+}
+
 /// Runs programs in the sandbox, at most `workers` at a time.
 #[derive(Debug)]
 pub struct CodeRunner {
@@ -203,10 +229,15 @@ impl CodeRunner {
 
     /// [`CodeRunner::try_detect`], or, when no sandbox works, a runner that refuses every
     /// program (score 0, the refusal as reason) rather than run it unconfined.
+    /// The refusal is printed once per process.
     pub fn detect() -> Self {
-        CodeRunner::try_detect().unwrap_or_else(|e| CodeRunner {
-            refused: Some(e.to_string()),
-            ..CodeRunner::new(SandboxConfig::default(), 1)
+        CodeRunner::try_detect().unwrap_or_else(|e| {
+            static SAID: std::sync::Once = std::sync::Once::new();
+            SAID.call_once(|| eprintln!("fulcrum: {e}"));
+            CodeRunner {
+                refused: Some(e.to_string()),
+                ..CodeRunner::new(SandboxConfig::default(), 1)
+            }
         })
     }
 
