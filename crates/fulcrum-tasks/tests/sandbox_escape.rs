@@ -185,6 +185,9 @@ fn with_a_secret_in_our_environment(test: &str, body: impl FnOnce(&str)) {
         .map_or(0, |d| d.subsec_nanos());
     let secret = format!("fulcrum-secret-{}-{nanos}", std::process::id());
     let exe = std::env::current_exe().expect("this test binary");
+    // Under the suite's lock: between programs this process reaps adopted orphans, which
+    // must not take this child's exit status.
+    let _guard = hostile::serial();
     let out = Command::new(exe)
         .args(["--exact", test, "--nocapture", "--test-threads=1"])
         .env(SECRET_VAR, &secret)

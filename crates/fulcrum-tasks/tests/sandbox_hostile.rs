@@ -255,6 +255,16 @@ fn detached_grandchild_is_killed() {
 }
 
 #[test]
+fn a_child_that_clears_its_environment_and_leaves_the_session_is_killed() {
+    // What unsafe-rlimit's kill by process group and environment tag cannot find.
+    weak(
+        "env-clearing child in a new session",
+        "import os, time\nif os.fork() == 0:\n    os.setsid()\n    os.execve('/usr/bin/sleep', ['sleep', '30'], {})\ntime.sleep(0.3)\n",
+        "assert solution() == 42",
+    );
+}
+
+#[test]
 fn new_session_subprocess_is_killed() {
     contained(
         "subprocess in new session",

@@ -335,3 +335,33 @@ fn without_namespaces_and_landlock_code_rewards_are_refused() {
         .expect("runs Python");
     assert_eq!(weak.mode, SandboxMode::UnsafeRlimit);
 }
+
+#[test]
+fn a_run_resolves_the_sandbox_only_when_its_tasks_score_code() {
+    use fulcrum_tasks::code::sandbox_for_tasks;
+    use fulcrum_tasks::{create_task, TaskConfig, TaskError};
+
+    let dir = Scratch::new("tasks");
+    let path = dir.0.join("code.jsonl");
+    std::fs::write(
+        &path,
+        "{\"prompt\": \"def add\", \"answer\": \"assert add(1, 2) == 3\", \"verifier\": \"code\"}\n",
+    )
+    .expect("task file");
+    let code = create_task(&TaskConfig {
+        name: "jsonl".into(),
+        path: Some(path),
+        ..TaskConfig::default()
+    })
+    .expect("jsonl task");
+    let math = create_task(&TaskConfig::default()).expect("arithmetic task");
+    let none = sandbox_for_tasks(SandboxChoice::Auto, &[math.as_ref()], 0).expect("no code");
+    assert_eq!(none, None, "a task without code needs no sandbox");
+    match sandbox_for_tasks(SandboxChoice::Auto, &[math.as_ref(), code.as_ref()], 0) {
+        Ok(Some(mode)) => assert!(mode.contains(), "{mode}"),
+        Err(TaskError::SandboxChoice(SandboxError::Unavailable { tried })) => {
+            eprintln!("no sandbox here: the run is refused ({tried})")
+        }
+        other => panic!("{other:?}"),
+    }
+}

@@ -25,7 +25,6 @@ use std::path::{Path, PathBuf};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use fulcrum_tasks::code::sandbox::SANDBOX_UID;
 use fulcrum_tasks::code::{
     CodeRunner, Outcome, SandboxChoice, SandboxConfig, SandboxMode, TestSpec,
 };
@@ -45,6 +44,7 @@ pub struct Setup {
 pub fn setup() -> &'static Setup {
     static SETUP: OnceLock<Setup> = OnceLock::new();
     SETUP.get_or_init(|| {
+        adopt_orphans();
         let label = std::env::var("FULCRUM_TEST_SANDBOX").unwrap_or_else(|_| "auto".into());
         let mut fake = None;
         let bwrap = match label.as_str() {
@@ -141,66 +141,71 @@ fn status_field(pid: u32, name: &str) -> String {
         .to_string()
 }
 
-/// This process and its ancestors (a suite may re-run itself as a child).
-fn ancestors() -> Vec<u32> {
-    let mut chain = vec![std::process::id()];
-    while let Some(parent) = chain
-        .last()
-        .and_then(|&p| status_field(p, "PPid:").parse::<u32>().ok())
-        .filter(|&p| p > 1 && !chain.contains(&p))
-    {
-        chain.push(parent);
-    }
-    chain
+/// Makes this test process the reaper of its orphaned descendants, so that a process a
+/// program left behind stays findable as our descendant (other users' processes, even of the
+/// same uid, are not mistaken for leftovers).
+fn adopt_orphans() {
+    // SAFETY: no pointers.
+    let rc = unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1) };
+    assert_eq!(rc, 0, "PR_SET_CHILD_SUBREAPER");
 }
 
-/// Pids of live processes running as the sandbox uid, or forks of this test binary that are
-/// not its ancestors (the namespaces mode's helper processes run this binary's image).
+/// Live (not zombie) descendants of this process.
 fn leftover_processes() -> Vec<u32> {
-    use std::os::unix::fs::MetadataExt;
-    let keep = ancestors();
-    // By inode: the helpers' view of the path may differ once their namespace pivoted.
-    let image = |pid: &str| {
-        std::fs::metadata(format!("/proc/{pid}/exe"))
-            .ok()
-            .map(|m| (m.dev(), m.ino()))
-    };
-    let exe = image("self");
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
-    dir.filter_map(|e| e.ok())
+    let procs: Vec<(u32, u32, bool)> = dir
+        .filter_map(|e| e.ok())
         .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| !keep.contains(pid))
-        .filter(|&pid| {
-            if status_field(pid, "State:").starts_with('Z') {
-                return false;
-            }
-            let sandbox_uid = status_field(pid, "Uid:") == SANDBOX_UID.to_string();
-            let our_fork = exe.is_some() && image(&pid.to_string()) == exe;
-            sandbox_uid || our_fork
+        .map(|pid| {
+            let ppid = status_field(pid, "PPid:").parse().unwrap_or(0);
+            let zombie = status_field(pid, "State:").starts_with('Z');
+            (pid, ppid, zombie)
         })
+        .collect();
+    let mut ours = vec![std::process::id()];
+    let mut grew = true;
+    while grew {
+        grew = false;
+        for &(pid, ppid, _) in &procs {
+            if ours.contains(&ppid) && !ours.contains(&pid) {
+                ours.push(pid);
+                grew = true;
+            }
+        }
+    }
+    procs
+        .iter()
+        .filter(|&&(pid, _, zombie)| pid != std::process::id() && ours.contains(&pid) && !zombie)
+        .map(|&(pid, _, _)| pid)
         .collect()
 }
 
-/// Waits (up to 3 s: the kernel tears pid namespaces down asynchronously) for no leftover.
-fn assert_no_leftovers(name: &str) {
-    if !is_root() {
-        eprintln!("{name}: not root, programs run as this uid: leftover check skipped");
-        return;
-    }
+/// Reaps the zombies of adopted orphans (they would count against the sandbox uid's process
+/// limit); only between programs, when no run of ours is waiting for its child.
+fn reap_adopted() {
+    // SAFETY: waitpid with a null status pointer; WNOHANG never blocks.
+    while unsafe { libc::waitpid(-1, std::ptr::null_mut(), libc::WNOHANG) } > 0 {}
+}
+
+/// Waits (up to 3 s: the kernel tears pid namespaces down asynchronously) for no process
+/// started by the program to be left; returns those still there.
+fn wait_for_leftovers() -> Vec<u32> {
     let start = Instant::now();
     loop {
         let left = leftover_processes();
-        if left.is_empty() {
-            return;
+        if left.is_empty() || start.elapsed() > Duration::from_secs(3) {
+            return left;
         }
-        assert!(
-            start.elapsed() < Duration::from_secs(3),
-            "{name}: processes left behind: {left:?}"
-        );
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// Holds the suite's lock: one program at a time (the process limit is per uid, and the
+/// leftover check and the reaping of orphans look at all of this process's descendants).
+pub fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 fn record(name: &str, contained: bool, outcome: &Outcome, effect: Option<&str>) {
@@ -228,8 +233,8 @@ fn record(name: &str, contained: bool, outcome: &Outcome, effect: Option<&str>) 
 }
 
 /// Runs a hostile program with its test code; `effect` looks on the host for what the attack
-/// would leave there. Contained means: scored 0, no effect outside, nothing left running, done
-/// in time. Asserted in every mode, except for `weak` programs in unsafe-rlimit mode, which are
+/// would leave there. Contained means: scored 0, no effect outside, no process it started left
+/// running (this process adopts orphans, so they are its descendants), done in time. Asserted in every mode, except for `weak` programs in unsafe-rlimit mode, which are
 /// only recorded. The runner must pass a good program afterwards in every mode.
 pub fn hostile(
     name: &str,
@@ -238,12 +243,14 @@ pub fn hostile(
     weak: bool,
     effect: &dyn Fn() -> Option<String>,
 ) -> Outcome {
-    let _guard = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let _guard = serial();
     let r = runner();
     let start = Instant::now();
     let outcome = r.run_code(program, &TestSpec::Asserts(test.into()));
     let took = start.elapsed();
-    let seen = effect();
+    let left = wait_for_leftovers();
+    let seen = effect()
+        .or_else(|| (!left.is_empty()).then(|| format!("{} processes left running", left.len())));
     let contained = !outcome.passed && outcome.fraction == 0.0 && seen.is_none();
     eprintln!(
         "{name}: contained={contained} passed={} reason={:?} effect={seen:?} in {took:?}",
@@ -269,8 +276,13 @@ pub fn hostile(
             "{name}: effect outside the sandbox: {seen:?}"
         );
         assert!(took < Duration::from_secs(6), "{name}: took {took:?}");
-        assert_no_leftovers(name);
     }
+    // What the weak mode left running goes now, by pid (all are this process's descendants).
+    for &pid in &left {
+        // SAFETY: signalling a process this test started.
+        unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+    }
+    reap_adopted();
     if setup().mode.is_some() {
         let healthy = r.run_code(
             "def f():\n    return 42\n",
