@@ -250,7 +250,7 @@ pub fn hostile(
     let took = start.elapsed();
     let left = wait_for_leftovers();
     let seen = effect()
-        .or_else(|| (!left.is_empty()).then(|| format!("{} processes left running", left.len())));
+        .or_else(|| (!left.is_empty()).then(|| format!("processes left running: {}", left.len())));
     let contained = !outcome.passed && outcome.fraction == 0.0 && seen.is_none();
     eprintln!(
         "{name}: contained={contained} passed={} reason={:?} effect={seen:?} in {took:?}",
