@@ -12,7 +12,9 @@ missing=()
 [[ -x /usr/bin/python3 ]] || missing+=(python3)
 (( ${#missing[@]} == 0 )) && exit 0
 
-if [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null 2>&1; then
+if [[ $bwrap != /usr/bin/bwrap && ! -x $bwrap ]]; then
+    echo "setup-sandbox: FULCRUM_BWRAP=$bwrap is not an executable; the package would not put it there" >&2
+elif [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null 2>&1; then
     echo "setup-sandbox: installing ${missing[*]} with apt-get (once)" >&2
     if { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"; } >/dev/null 2>&1 \
         && [[ -x /usr/bin/python3 ]]; then
