@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-#! The test command (README, .ci/run): installs libtorch on first use, then runs the workspace
-#! tests. Extra arguments go to `cargo test`.
+#! The test command (README, .ci/run): installs libtorch on first use, checks for (as root:
+#! installs) bubblewrap, the code sandbox, then runs the workspace tests. Extra arguments go to
+#! `cargo test`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup-libtorch.sh
+./scripts/setup-sandbox.sh
 cargo test --workspace "$@"

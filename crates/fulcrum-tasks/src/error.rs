@@ -43,6 +43,9 @@ pub enum TaskError {
     /// The sandbox itself could not start (not a failure of the program inside it).
     #[error("sandbox: {0}")]
     Sandbox(String),
+    /// No sandbox that contains programs works here, or the one asked for does not.
+    #[error(transparent)]
+    SandboxChoice(#[from] crate::code::SandboxError),
 }
 
 /// Result alias for this crate.

@@ -13,7 +13,8 @@
 //! - [`Verifier`], [`RewardMode`], [`score_response`] and the batch scorer [`score_requests`]
 //!   (`verify/`): the verifiers (`math`, `exact`, `code`) behind one function;
 //! - [`math`]: the math answer checker (extraction, normalisation, equivalence);
-//! - [`code`]: Python code extraction and the sandboxed runner;
+//! - [`code`]: Python code extraction and the sandboxed runner (bubblewrap, or the built-in
+//!   `namespaces` / `landlock` modes; `docs/code-sandbox.md` says what each guarantees);
 //! - [`data`]: dataset readers (JSONL, JSONL.gz, JSON arrays, parquet), record formats,
 //!   deduplication, the benchmark registry;
 //! - [`TaskError`] (`error.rs`): the one error type, naming file, line and field.

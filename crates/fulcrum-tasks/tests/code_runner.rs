@@ -2,16 +2,17 @@
 
 use std::time::Duration;
 
-use fulcrum_tasks::code::{CodeRunner, SandboxConfig, SandboxMode, TestSpec};
+use fulcrum_tasks::code::{CodeRunner, SandboxConfig, TestSpec};
 use fulcrum_tasks::{create_task, Split, TaskConfig};
 
+/// This process's sandbox (`FULCRUM_SANDBOX`, else `auto`) with a longer wall clock.
 fn runner(workers: usize) -> CodeRunner {
-    let (mode, _) = SandboxMode::detect();
+    let detected =
+        CodeRunner::try_detect().unwrap_or_else(|e| panic!("these tests need a code sandbox: {e}"));
     CodeRunner::new(
         SandboxConfig {
-            mode,
             wall: Duration::from_secs(5),
-            ..SandboxConfig::default()
+            ..detected.config().clone()
         },
         workers,
     )

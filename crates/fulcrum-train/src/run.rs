@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use fulcrum_model::{DeviceChoice, ModelSpec, Runtime};
+use fulcrum_tasks::code::{sandbox_for_tasks, SandboxChoice};
 use fulcrum_tasks::{create_task, Task};
 use serde_json::json;
 use tch::Device;
@@ -83,6 +84,12 @@ impl Run {
         let model = ModelSpec::parse(&cfg.model.path)?;
         let task = create_task(&cfg.task)?;
         let eval_task = cfg.eval.task.as_ref().map(create_task).transpose()?;
+        // Code rewards: the sandbox is chosen (and printed) now, refused when none contains
+        // programs, and recorded in config.toml.
+        let eval = eval_task.as_deref().unwrap_or(task.as_ref());
+        if let Some(mode) = sandbox_for_tasks(cfg.sandbox, &[task.as_ref(), eval], cfg.seed)? {
+            cfg.sandbox = SandboxChoice::Mode(mode);
+        }
         Ok(Run {
             cfg,
             dir,

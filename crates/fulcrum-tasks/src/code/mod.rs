@@ -10,11 +10,28 @@
 //! after the tests, so a program that calls `sys.exit(0)` or `os._exit(0)` before the tests
 //! fails. (A program that reads its own source to find and print the sentinel could fool this;
 //! that is a reward hack to look for in samples, not a sandbox escape.)
+//!
+//! Which sandbox runs the programs is chosen once per process ([`sandbox_in_use`]: a config
+//! key or flag via [`set_sandbox_choice`], else `FULCRUM_SANDBOX`, else `auto`). When no mode
+//! that contains file writes, network and processes works, code rewards are refused: every
+//! code response scores 0 with the reason, which names what is missing and how to get it.
 
+mod bwrap;
+mod choose;
+mod confine;
+mod layout;
+mod native;
 pub mod sandbox;
 
 use std::sync::{Condvar, Mutex};
 
+use crate::task::{Split, Task};
+use crate::verify::Verifier;
+
+pub use choose::{
+    probe, sandbox_choice, sandbox_in_use, set_sandbox_choice, Chosen, SandboxChoice, SandboxError,
+    SANDBOX_ENV,
+};
 pub use sandbox::{run_python, RunOutput, SandboxConfig, SandboxMode};
 
 /// The line the harness prints after the tests ran.
@@ -133,7 +150,7 @@ fn describe_failure(out: &RunOutput) -> String {
     let last: String = last.chars().take(120).collect();
     match out.exit_code {
         Some(0) => "tests did not run to the end".into(),
-        // bwrap reports a child killed by signal n as exit 128 + n.
+        // bwrap and the namespaces mode report a child killed by signal n as exit 128 + n.
         Some(c) if c > 128 && out.stderr.trim().is_empty() => signal_reason(c - 128),
         Some(c) => format!("exit {c}: {last}"),
         None => out.signal.map_or_else(|| "killed".into(), signal_reason),
@@ -150,6 +167,29 @@ fn signal_reason(sig: i32) -> String {
     }
 }
 
+/// For a run over `tasks`: makes `choice` this process's sandbox and, when a task scores code
+/// (judged by a sample of its examples of either split), resolves it now, so that the mode is
+/// printed at the start and a refusal stops the run before its first step. Returns the mode in
+/// use (to record in the run's config), or `None` when no task scores code.
+pub fn sandbox_for_tasks(
+    choice: SandboxChoice,
+    tasks: &[&dyn Task],
+    seed: u64,
+) -> crate::Result<Option<SandboxMode>> {
+    set_sandbox_choice(choice)?;
+    let mut needs_code = false;
+    for task in tasks {
+        for split in [Split::Train, Split::Test] {
+            let examples = task.examples(split, seed, 32)?;
+            needs_code |= examples.iter().any(|e| e.verifier == Verifier::Code);
+        }
+    }
+    if !needs_code {
+        return Ok(None);
+    }
+    Ok(Some(sandbox_in_use()?.mode))
+}
+
 /// Runs programs in the sandbox, at most `workers` at a time.
 #[derive(Debug)]
 pub struct CodeRunner {
@@ -157,6 +197,8 @@ pub struct CodeRunner {
     workers: usize,
     busy: Mutex<usize>,
     free: Condvar,
+    /// Set when no sandbox works: every program is refused with this reason.
+    refused: Option<String>,
 }
 
 impl CodeRunner {
@@ -167,24 +209,36 @@ impl CodeRunner {
             workers: workers.max(1),
             busy: Mutex::new(0),
             free: Condvar::new(),
+            refused: None,
         }
     }
 
-    /// A runner with default limits, the detected sandbox mode (logged to stderr when it falls
-    /// back to `rlimit`), and one worker per CPU.
-    pub fn detect() -> Self {
-        let (mode, why) = SandboxMode::detect();
-        if mode == SandboxMode::Rlimit {
-            eprintln!("fulcrum-tasks: code sandbox falls back to rlimit mode ({why})");
-        }
+    /// A runner with default limits, this process's sandbox ([`sandbox_in_use`], printed
+    /// once), and one worker per CPU; an error when no sandbox that contains programs works.
+    pub fn try_detect() -> Result<Self, SandboxError> {
+        let chosen = sandbox_in_use()?;
         let workers = std::thread::available_parallelism().map_or(2, |n| n.get());
-        CodeRunner::new(
+        Ok(CodeRunner::new(
             SandboxConfig {
-                mode,
+                mode: chosen.mode,
                 ..SandboxConfig::default()
             },
             workers,
-        )
+        ))
+    }
+
+    /// [`CodeRunner::try_detect`], or, when no sandbox works, a runner that refuses every
+    /// program (score 0, the refusal as reason) rather than run it unconfined.
+    /// The refusal is printed once per process.
+    pub fn detect() -> Self {
+        CodeRunner::try_detect().unwrap_or_else(|e| {
+            static SAID: std::sync::Once = std::sync::Once::new();
+            SAID.call_once(|| eprintln!("fulcrum: {e}"));
+            CodeRunner {
+                refused: Some(e.to_string()),
+                ..CodeRunner::new(SandboxConfig::default(), 1)
+            }
+        })
     }
 
     /// The sandbox settings.
@@ -197,7 +251,23 @@ impl CodeRunner {
         self.workers
     }
 
+    /// Why this runner refuses every program, if it does.
+    pub fn refused(&self) -> Option<&str> {
+        self.refused.as_deref()
+    }
+
+    /// The same sandbox (or refusal) with another concurrency bound.
+    pub fn with_workers(self, workers: usize) -> Self {
+        CodeRunner {
+            workers: workers.max(1),
+            ..self
+        }
+    }
+
     fn run_bounded(&self, program: &str, stdin: &str) -> Result<RunOutput, String> {
+        if let Some(why) = &self.refused {
+            return Err(why.clone());
+        }
         {
             let mut busy = self.busy.lock().map_err(|_| "runner lock poisoned")?;
             while *busy >= self.workers {
@@ -205,7 +275,8 @@ impl CodeRunner {
             }
             *busy += 1;
         }
-        let out = run_python(&self.config, program, stdin).map_err(|e| e.to_string());
+        let out =
+            run_python(&self.config, program, stdin).map_err(|e| format!("sandbox error: {e}"));
         if let Ok(mut busy) = self.busy.lock() {
             *busy -= 1;
         }
@@ -223,10 +294,10 @@ impl CodeRunner {
                 };
                 let program = format!("{code}\n\n{test}\n\n{call}print({SENTINEL:?})\n");
                 match self.run_bounded(&program, "") {
-                    Err(e) => Outcome {
+                    Err(reason) => Outcome {
                         passed: false,
                         fraction: 0.0,
-                        reason: format!("sandbox error: {e}"),
+                        reason,
                     },
                     Ok(out) => {
                         let ran = out.stdout.lines().any(|l| l.trim() == SENTINEL);
@@ -248,7 +319,7 @@ impl CodeRunner {
                 let mut first_fail = None;
                 for (i, (input, expected)) in cases.iter().enumerate() {
                     let verdict = match self.run_bounded(code, input) {
-                        Err(e) => Err(format!("sandbox error: {e}")),
+                        Err(reason) => Err(reason),
                         Ok(out) if !out.success() => Err(describe_failure(&out)),
                         Ok(out) => {
                             let got: Vec<&str> = out.stdout.split_whitespace().collect();

@@ -1,79 +1,128 @@
 //! Running one untrusted Python program with limits, and killing everything it started.
 //!
-//! Two modes, chosen by [`SandboxMode::detect`] (the choice is reported, never silent):
+//! Four modes. [`crate::code::SandboxChoice::resolve`] picks one (`auto`: the first of bwrap,
+//! namespaces, landlock that passes a live probe; never `unsafe-rlimit`) and says why; the
+//! pick is printed once per process (see [`crate::code::sandbox_in_use`]).
 //!
-//! - **`bwrap`** (bubblewrap, Debian's `bubblewrap` package): `--unshare-all` (new user, pid, net,
-//!   ipc, uts and cgroup namespaces: no network at all), `--die-with-parent`, `--new-session`,
-//!   `--clearenv`, read-only `/usr` (plus the `/bin`, `/lib`, `/lib64` symlinks), fresh `/proc`
-//!   and `/dev`, a size-limited tmpfs `/tmp`, and the run's fresh temporary directory bound
-//!   read-write at `/sandbox`; nothing else of the host is visible. When the run ends or a limit
-//!   hits, killing bwrap ends its pid namespace, and the kernel kills every process in it,
+//! - **`bwrap`** (bubblewrap, Debian's `bubblewrap` package; binary from
+//!   [`SandboxConfig::bwrap`]): `--unshare-all` (new user, pid, net, ipc, uts and cgroup
+//!   namespaces: no network at all), `--die-with-parent`, `--new-session`, `--clearenv`,
+//!   read-only `/usr` (plus the `/bin`, `/lib`, `/lib64` symlinks), fresh `/proc` and `/dev`, a
+//!   size-limited tmpfs `/tmp`, and the run's fresh directory bound read-write at `/sandbox`;
+//!   nothing else of the host is visible. bwrap itself starts with an empty environment, so its
+//!   pid 1 (visible as `/proc/1`) holds no secret of ours. Where the bwrap binary supports them
+//!   (0.5 and 0.8), the built-in modes' seccomp filter (`confine.rs`) and `--disable-userns`
+//!   are added. Killing bwrap ends its pid namespace, and the kernel kills every process in it,
 //!   including children that called `setsid()`.
-//! - **`rlimit`** (fallback when bwrap is absent or cannot start): the same rlimits, a new
-//!   session, a fresh working directory, an empty environment, and (when fulcrum runs as root)
-//!   a new network namespace and the unprivileged uid 65534, so the host's files are protected by
-//!   permissions. After the run it kills the process group and every process whose environment
-//!   carries the run's id, so detached children go too. It does **not** hide readable host files
-//!   or the host's process list, and a child that clears its environment *and* leaves the
-//!   process group survives until its CPU-time limit; use bwrap for untrusted code.
+//! - **`namespaces`** (built in, no external binary; `native.rs`): new mount, pid, network,
+//!   IPC, UTS and cgroup namespaces — created as root when fulcrum is root, else inside an
+//!   unprivileged user namespace — with a root of its own (read-only tmpfs `/`, read-only
+//!   `/usr` and the lib/bin links, `/dev` with null, zero, full, random and urandom only, a
+//!   size-limited tmpfs `/tmp`, the run's directory at `/sandbox`, no `/proc`), entered with
+//!   `pivot_root`, so the host's files do not exist for the program. The program runs as uid
+//!   65534 (when root) or as the caller's uid mapped to itself (no capabilities survive its
+//!   exec), under the seccomp filter of `confine.rs` (no sockets, ptrace, io_uring, mounts,
+//!   new namespaces, new sessions or process groups, keyrings, SysV IPC, BPF, perf, ...) and
+//!   a Landlock ruleset (writes only in `/sandbox` and `/tmp`, reads only there, in `/usr` and
+//!   the device nodes; no signals out of its domain) when the kernel has Landlock. A tiny init
+//!   reaps inside the pid namespace; when the program exits or a limit hits, the namespace ends
+//!   and the kernel kills everything in it.
+//! - **`landlock`** (built in, for containers that refuse namespaces): no namespaces; Landlock
+//!   (required) lets the program write only in its own directory and read only `/usr`, the
+//!   lib/bin directories, that directory and the device nodes above (no `/proc`, no host
+//!   `/tmp`, no home), forbids TCP bind/connect and signals or abstract sockets outside its
+//!   domain (ABI 4 and 6, required unless root, where uid 65534 separates it from the
+//!   runner); the seccomp filter refuses every socket, and refusing `setsid`/`setpgid` keeps
+//!   every descendant in the run's process group, which is killed at the end.
+//! - **`unsafe-rlimit`** (explicit opt-in only; never chosen by `auto`): the rlimits below, a
+//!   new session, a fresh working directory, an empty environment, and (when fulcrum runs as
+//!   root) a new network namespace and uid 65534. It does **not** hide or protect host files
+//!   beyond permissions (as a non-root user the program can write wherever that user can),
+//!   nor the host's process list, and a child that clears its environment *and* leaves the
+//!   process group survives until its CPU-time limit. For programs you trust only.
 //!
-//! In both modes the program runs with rlimits set before exec: CPU seconds, address space,
+//! In every mode the program runs with rlimits set before exec: CPU seconds, address space,
 //! file size, open files, processes (counted per uid: the runner's uid 65534 when root), no core
 //! dumps; a wall-clock deadline; and captured stdout/stderr capped at `max_output_bytes` (the
 //! program is killed when it writes more).
 
+use std::fmt;
 use std::io::{Read, Write};
+use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::str::FromStr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
+use super::choose::SandboxError;
+use super::{bwrap, native};
 use crate::error::{Result, TaskError};
 
 /// The uid/gid programs run as when the runner is root.
 pub const SANDBOX_UID: u32 = 65534;
 
-/// How the program is isolated.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// The bubblewrap binary unless `FULCRUM_BWRAP` names another.
+pub const DEFAULT_BWRAP: &str = "/usr/bin/bwrap";
+
+/// How the program is isolated (see the module documentation for what each guarantees).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum SandboxMode {
     /// bubblewrap namespaces plus rlimits.
     Bwrap,
-    /// rlimits, a new session and (as root) a new network namespace and uid 65534.
-    Rlimit,
+    /// Built-in mount, pid and network namespaces, seccomp, Landlock when present, rlimits.
+    Namespaces,
+    /// Built-in Landlock and seccomp without namespaces, rlimits.
+    Landlock,
+    /// rlimits, a new session and (as root) a network namespace and uid 65534: not a sandbox.
+    UnsafeRlimit,
 }
 
 impl SandboxMode {
-    /// bwrap when `/usr/bin/bwrap` exists and starts a trivial sandbox, else rlimit.
-    pub fn detect() -> (SandboxMode, String) {
-        let bwrap = Path::new("/usr/bin/bwrap");
-        if !bwrap.exists() {
-            return (
-                SandboxMode::Rlimit,
-                "bwrap not found at /usr/bin/bwrap".into(),
-            );
-        }
-        let probe = SandboxConfig {
-            mode: SandboxMode::Bwrap,
-            ..SandboxConfig::default()
-        };
-        match run_python(&probe, "print('ok')", "") {
-            Ok(out) if out.stdout.trim() == "ok" => (SandboxMode::Bwrap, "bwrap works".into()),
-            Ok(out) => (
-                SandboxMode::Rlimit,
-                format!("bwrap probe failed: {}", out.stderr.trim()),
-            ),
-            Err(e) => (SandboxMode::Rlimit, format!("bwrap probe failed: {e}")),
-        }
-    }
+    /// Every mode, strongest first.
+    pub const ALL: [SandboxMode; 4] = [
+        SandboxMode::Bwrap,
+        SandboxMode::Namespaces,
+        SandboxMode::Landlock,
+        SandboxMode::UnsafeRlimit,
+    ];
 
-    /// The name used in reasons and logs.
+    /// The name used in config, flags, reasons and logs.
     pub fn name(self) -> &'static str {
         match self {
             SandboxMode::Bwrap => "bwrap",
-            SandboxMode::Rlimit => "rlimit",
+            SandboxMode::Namespaces => "namespaces",
+            SandboxMode::Landlock => "landlock",
+            SandboxMode::UnsafeRlimit => "unsafe-rlimit",
         }
+    }
+
+    /// Whether the mode contains file writes, network and processes (all but `unsafe-rlimit`).
+    pub fn contains(self) -> bool {
+        self != SandboxMode::UnsafeRlimit
+    }
+}
+
+impl fmt::Display for SandboxMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for SandboxMode {
+    type Err = SandboxError;
+    fn from_str(s: &str) -> std::result::Result<Self, SandboxError> {
+        SandboxMode::ALL
+            .into_iter()
+            .find(|m| m.name() == s.trim())
+            .ok_or_else(|| {
+                let valid = ["auto", "bwrap", "namespaces", "landlock", "unsafe-rlimit"];
+                SandboxError::UnknownMode(
+                    fulcrum_core::names::unknown_name("sandbox mode", s.trim(), &valid).to_string(),
+                )
+            })
     }
 }
 
@@ -82,8 +131,10 @@ impl SandboxMode {
 pub struct SandboxConfig {
     /// Isolation mode.
     pub mode: SandboxMode,
-    /// The Python interpreter (Debian's, visible inside the sandbox).
+    /// The Python interpreter (Debian's, under `/usr`, visible inside the sandbox).
     pub python: PathBuf,
+    /// The bubblewrap binary (`FULCRUM_BWRAP`, else `/usr/bin/bwrap`).
+    pub bwrap: PathBuf,
     /// Wall-clock limit.
     pub wall: Duration,
     /// CPU-time limit in seconds.
@@ -103,6 +154,9 @@ impl Default for SandboxConfig {
         SandboxConfig {
             mode: SandboxMode::Bwrap,
             python: PathBuf::from("/usr/bin/python3"),
+            bwrap: std::env::var_os("FULCRUM_BWRAP")
+                .filter(|p| !p.is_empty())
+                .map_or_else(|| PathBuf::from(DEFAULT_BWRAP), PathBuf::from),
             wall: Duration::from_secs(10),
             cpu_seconds: 5,
             memory_bytes: 1 << 30,
@@ -113,6 +167,21 @@ impl Default for SandboxConfig {
     }
 }
 
+impl SandboxConfig {
+    /// The rlimits set before exec: (resource, soft, hard).
+    pub(crate) fn rlimits(&self) -> [(libc::__rlimit_resource_t, u64, u64); 6] {
+        // CPU: SIGXCPU at the soft limit, SIGKILL one second later (for programs ignoring it).
+        [
+            (libc::RLIMIT_CPU, self.cpu_seconds, self.cpu_seconds + 1),
+            (libc::RLIMIT_AS, self.memory_bytes, self.memory_bytes),
+            (libc::RLIMIT_FSIZE, self.max_file_bytes, self.max_file_bytes),
+            (libc::RLIMIT_NOFILE, 256, 256),
+            (libc::RLIMIT_NPROC, self.max_processes, self.max_processes),
+            (libc::RLIMIT_CORE, 0, 0),
+        ]
+    }
+}
+
 /// What happened to one program.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunOutput {
@@ -120,7 +189,8 @@ pub struct RunOutput {
     pub id: String,
     /// Exit code, if the program exited normally.
     pub exit_code: Option<i32>,
-    /// The signal that killed it, if one did (rlimit mode; bwrap reports 128 + n as exit code).
+    /// The signal that killed it, if one did (landlock and unsafe-rlimit modes; bwrap and
+    /// namespaces report 128 + n as exit code).
     pub signal: Option<i32>,
     /// Killed by the wall-clock deadline.
     pub timed_out: bool,
@@ -143,55 +213,55 @@ impl RunOutput {
 
 static COUNTER: AtomicU64 = AtomicU64::new(0);
 
-/// A fresh temporary directory, removed on drop.
-struct TempDir(PathBuf);
+/// Whether this process runs as root (then programs run as [`SANDBOX_UID`]).
+pub(crate) fn is_root() -> bool {
+    // SAFETY: getuid has no preconditions.
+    unsafe { libc::getuid() == 0 }
+}
 
-impl TempDir {
-    fn new(id: &str) -> Result<TempDir> {
-        let dir = std::env::temp_dir().join(format!("fulcrum-sbx-{id}"));
-        std::fs::create_dir(&dir).map_err(|e| TaskError::io(&dir, e))?;
+/// The run's fresh directories, removed on drop: `top` (only traversable by others) holds
+/// `work` (the program's own directory, owned by the uid it runs as) and, for the namespaces
+/// mode, `root` (the mount point of its private root).
+pub(crate) struct RunDir {
+    pub(crate) top: PathBuf,
+    pub(crate) work: PathBuf,
+    pub(crate) root: PathBuf,
+}
+
+impl RunDir {
+    fn new(id: &str) -> Result<RunDir> {
         use std::os::unix::fs::PermissionsExt;
-        // The program runs as uid 65534 and must be able to write its own directory.
-        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777))
-            .map_err(|e| TaskError::io(&dir, e))?;
-        Ok(TempDir(dir))
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn bwrap_command(cfg: &SandboxConfig, dir: &Path, id: &str) -> Command {
-    let mut c = Command::new("/usr/bin/bwrap");
-    c.args([
-        "--unshare-all",
-        "--die-with-parent",
-        "--new-session",
-        "--clearenv",
-    ]);
-    c.args(["--setenv", "PATH", "/usr/bin:/bin"]);
-    c.args(["--setenv", "HOME", "/sandbox"]);
-    c.args(["--setenv", "FULCRUM_SANDBOX_ID", id]);
-    c.args(["--ro-bind", "/usr", "/usr"]);
-    for (link, target) in [
-        ("/bin", "usr/bin"),
-        ("/lib", "usr/lib"),
-        ("/lib64", "usr/lib64"),
-    ] {
-        if Path::new(link).exists() {
-            c.args(["--symlink", target, link]);
+        let top = std::env::temp_dir().join(format!("fulcrum-sbx-{id}"));
+        let dir = RunDir {
+            work: top.join("work"),
+            root: top.join("root"),
+            top,
+        };
+        let mode = |p: &Path, m: u32| {
+            std::fs::set_permissions(p, std::fs::Permissions::from_mode(m))
+                .map_err(|e| TaskError::io(p, e))
+        };
+        for p in [&dir.top, &dir.work, &dir.root] {
+            std::fs::create_dir(p).map_err(|e| TaskError::io(p, e))?;
         }
+        // Others may pass through `top` to reach `work` (the program may run as uid 65534),
+        // but not list it or write there.
+        mode(&dir.top, 0o711)?;
+        mode(&dir.root, 0o755)?;
+        mode(&dir.work, 0o700)?;
+        if is_root() {
+            std::os::unix::fs::chown(&dir.work, Some(SANDBOX_UID), Some(SANDBOX_UID))
+                .map_err(|e| TaskError::io(&dir.work, e))?;
+        }
+        Ok(dir)
     }
-    c.args(["--proc", "/proc", "--dev", "/dev"]);
-    c.arg("--size").arg(cfg.max_file_bytes.to_string());
-    c.args(["--tmpfs", "/tmp"]);
-    c.arg("--bind").arg(dir).arg("/sandbox");
-    c.args(["--chdir", "/sandbox"]);
-    c.arg(&cfg.python).args(["-I", "-B", "main.py"]);
-    c
+}
+
+impl Drop for RunDir {
+    fn drop(&mut self) {
+        // remove_dir_all does not follow symlinks the program left, so it only deletes inside.
+        let _ = std::fs::remove_dir_all(&self.top);
+    }
 }
 
 fn rlimit_command(cfg: &SandboxConfig, dir: &Path, id: &str) -> Command {
@@ -205,28 +275,29 @@ fn rlimit_command(cfg: &SandboxConfig, dir: &Path, id: &str) -> Command {
     c
 }
 
-/// Sets the rlimits and drops to the sandbox uid; runs in the child between fork and exec, so
-/// it only calls async-signal-safe libc functions.
-fn limit_child(cfg: &SandboxConfig, mode: SandboxMode) -> impl FnMut() -> std::io::Result<()> {
-    // CPU: SIGXCPU at the soft limit, SIGKILL one second later (for programs ignoring it).
-    let limits = [
-        (libc::RLIMIT_CPU, cfg.cpu_seconds, cfg.cpu_seconds + 1),
-        (libc::RLIMIT_AS, cfg.memory_bytes, cfg.memory_bytes),
-        (libc::RLIMIT_FSIZE, cfg.max_file_bytes, cfg.max_file_bytes),
-        (libc::RLIMIT_NOFILE, 256, 256),
-        (libc::RLIMIT_NPROC, cfg.max_processes, cfg.max_processes),
-        (libc::RLIMIT_CORE, 0, 0),
-    ];
+/// Sets the rlimits and drops to the sandbox uid (bwrap and unsafe-rlimit modes), and lets
+/// `inherit` survive exec; runs in the child between fork and exec, so it only calls
+/// async-signal-safe libc functions.
+fn limit_child(
+    cfg: &SandboxConfig,
+    mode: SandboxMode,
+    inherit: Vec<RawFd>,
+) -> impl FnMut() -> std::io::Result<()> {
+    let limits = cfg.rlimits();
     move || {
         // SAFETY: plain libc calls on values owned by this closure; no allocation.
         unsafe {
             if libc::setsid() < 0 {
                 return Err(std::io::Error::last_os_error());
             }
-            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            for &fd in &inherit {
+                if libc::fcntl(fd, libc::F_SETFD, 0) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
             if libc::getuid() == 0 {
-                if mode == SandboxMode::Rlimit {
-                    // No network for the fallback either (possible only as root).
+                if mode == SandboxMode::UnsafeRlimit {
+                    // No network for the weak mode either (possible only as root).
                     libc::unshare(libc::CLONE_NEWNET);
                 }
                 if libc::setgroups(0, std::ptr::null()) != 0
@@ -236,6 +307,8 @@ fn limit_child(cfg: &SandboxConfig, mode: SandboxMode) -> impl FnMut() -> std::i
                     return Err(std::io::Error::last_os_error());
                 }
             }
+            // After the uid change: changing credentials clears the parent-death signal.
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
             for (res, soft, hard) in limits {
                 let lim = libc::rlimit {
                     rlim_cur: soft,
@@ -279,7 +352,7 @@ fn spawn_reader(
     rx
 }
 
-/// Kills every process whose environment holds `FULCRUM_SANDBOX_ID=<id>` (rlimit mode's
+/// Kills every process whose environment holds `FULCRUM_SANDBOX_ID=<id>` (unsafe-rlimit mode's
 /// substitute for a pid namespace; needs permission to read other processes' environments,
 /// which root and the same uid have).
 fn kill_tagged(id: &str) {
@@ -328,25 +401,49 @@ pub fn run_python(cfg: &SandboxConfig, program: &str, stdin: &str) -> Result<Run
         std::process::id(),
         COUNTER.fetch_add(1, Ordering::SeqCst)
     );
-    let dir = TempDir::new(&id)?;
-    let main = dir.0.join("main.py");
+    let dir = RunDir::new(&id)?;
+    let main = dir.work.join("main.py");
     std::fs::write(&main, program).map_err(|e| TaskError::io(&main, e))?;
 
+    let mut steps = None;
+    let mut filters = Vec::new();
     let mut cmd = match cfg.mode {
-        SandboxMode::Bwrap => bwrap_command(cfg, &dir.0, &id),
-        SandboxMode::Rlimit => rlimit_command(cfg, &dir.0, &id),
+        SandboxMode::Bwrap => {
+            let (cmd, fds) = bwrap::command(cfg, &dir.work, &id)?;
+            filters = fds;
+            cmd
+        }
+        SandboxMode::UnsafeRlimit => rlimit_command(cfg, &dir.work, &id),
+        SandboxMode::Namespaces | SandboxMode::Landlock => {
+            let (cmd, log) = native::command(cfg, &dir, &id)?;
+            steps = Some(log);
+            cmd
+        }
     };
     cmd.stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    // SAFETY: the closure only makes async-signal-safe libc calls (see `limit_child`).
-    unsafe {
-        cmd.pre_exec(limit_child(cfg, cfg.mode));
+    if matches!(cfg.mode, SandboxMode::Bwrap | SandboxMode::UnsafeRlimit) {
+        // SAFETY: the closure only makes async-signal-safe libc calls (see `limit_child`).
+        let inherit = filters.iter().map(|f| f.as_raw_fd()).collect();
+        unsafe {
+            cmd.pre_exec(limit_child(cfg, cfg.mode, inherit));
+        }
     }
     let start = Instant::now();
-    let mut child = cmd
-        .spawn()
-        .map_err(|e| TaskError::Sandbox(format!("cannot start {:?}: {e}", cmd.get_program())))?;
+    let spawned = cmd.spawn();
+    // The built-in modes log each set-up step, so a failure names the step that failed.
+    let failed_step = steps.map(|s| s.finish()).unwrap_or_default();
+    let mut child = spawned.map_err(|e| {
+        TaskError::Sandbox(format!(
+            "cannot start {} mode ({:?}){failed_step}: {e}",
+            cfg.mode,
+            cmd.get_program()
+        ))
+    })?;
+    // bwrap has read its filters by now or will read them from its own descriptors.
+    drop(cmd);
+    drop(filters);
     let pgid = child.id() as libc::pid_t;
     let overflow = Arc::new(AtomicBool::new(false));
     let out_rx = child
@@ -384,10 +481,11 @@ pub fn run_python(cfg: &SandboxConfig, program: &str, stdin: &str) -> Result<Run
         }
         std::thread::sleep(Duration::from_millis(2));
     };
-    // Whatever is left of the group goes too; in rlimit mode also every process that still
-    // carries this run's id in its environment (children that left the process group).
+    // Whatever is left of the group goes too (in the landlock mode every descendant is still
+    // in it: seccomp refuses setsid and setpgid); in unsafe-rlimit mode also every process
+    // that still carries this run's id in its environment (children that left the group).
     kill_all();
-    if cfg.mode == SandboxMode::Rlimit {
+    if cfg.mode == SandboxMode::UnsafeRlimit {
         kill_tagged(&id);
     }
     let collect = |rx: Option<mpsc::Receiver<Vec<u8>>>| {

@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 
 use fulcrum_core::{BaCount, ClipParams, Estimator, KlEstimator, Rule};
 use fulcrum_model::{DeviceChoice, Dtype, LoraConfig};
+use fulcrum_tasks::code::SandboxChoice;
 use fulcrum_tasks::TaskConfig;
 use serde::{Deserialize, Serialize};
 
@@ -61,6 +62,11 @@ pub struct Config {
     /// CPU threads for libtorch's kernels (0: one per core). On a machine that is busy with
     /// other work, fewer threads than cores avoids OpenMP oversubscription, which is slow.
     pub threads: usize,
+    /// Sandbox of code rewards: `auto` (bwrap, else the built-in namespaces or landlock mode;
+    /// a run whose tasks need code refuses to start when none works), a mode by name, or
+    /// `unsafe-rlimit` (NOT a sandbox: only for programs you trust). A run that scores code
+    /// records the mode it used here in its `config.toml`.
+    pub sandbox: SandboxChoice,
     /// The policy model.
     pub model: ModelConfig,
     /// The task or dataset prompts come from (`fulcrum-tasks`: name, difficulty, length,
@@ -231,6 +237,7 @@ impl Default for Config {
             checkpoint_every: 20,
             device: DeviceChoice::Cpu,
             threads: 0,
+            sandbox: SandboxChoice::Auto,
             model: ModelConfig::default(),
             // The CPU demo: 3-digit additions whose demonstrations carry a mistake one time in
             // five, so that SFT leaves room for RL to improve.

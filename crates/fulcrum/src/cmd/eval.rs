@@ -63,6 +63,11 @@ pub fn run(args: Args) -> Result<ExitCode> {
         let cfg: TaskConfig = name.parse().with_context(|| format!("--bench {name}"))?;
         tasks.push(create_task(&cfg).with_context(|| format!("--bench {name}"))?);
     }
+    // Code benchmarks: the sandbox (FULCRUM_SANDBOX, else auto) is chosen and printed now;
+    // when none contains programs, stop here rather than report zeros.
+    let task_refs: Vec<&dyn fulcrum_tasks::Task> = tasks.iter().map(|t| t.as_ref()).collect();
+    let choice = fulcrum_tasks::code::sandbox_choice()?;
+    fulcrum_tasks::code::sandbox_for_tasks(choice, &task_refs, 0)?;
     // Created before the slow part, so that an unwritable path fails at once.
     let mut samples_out = match &args.samples {
         Some(p) => Some((

@@ -3,15 +3,17 @@
 //! Input lines: `response`, `answer`, optional `verifier` (`math` default, `exact`, `code`) and
 //! `entry_point`. Output lines: `{"reward": .., "correct": .., "reason": ..}` in input order.
 //! Every line is checked before any is scored: a malformed line is an error naming its line.
-//! Code runs in the bubblewrap sandbox when it is installed, otherwise in the rlimit fallback
-//! (announced on stderr).
+//! Code runs in the sandbox `--sandbox` names (default: `FULCRUM_SANDBOX`, else `auto`:
+//! bubblewrap when it works, else the built-in namespaces or landlock mode); the mode is
+//! printed once on stderr. When no mode that contains programs works, code items are refused:
+//! an error naming what is missing, nothing scored.
 
 use std::io::{Read, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use fulcrum_tasks::code::CodeRunner;
+use fulcrum_tasks::code::{set_sandbox_choice, CodeRunner, SandboxChoice};
 use fulcrum_tasks::{parse_requests, score_requests};
 use fulcrum_tasks::{RewardMode, Verifier};
 
@@ -26,6 +28,11 @@ pub struct Args {
     /// Code programs run at the same time (default: one per CPU).
     #[arg(long)]
     pub workers: Option<usize>,
+    /// Code sandbox: `auto` (bwrap, else built-in namespaces, else landlock; refuses when none
+    /// works), `bwrap`, `namespaces`, `landlock`, or `unsafe-rlimit` (NOT a sandbox: only for
+    /// programs you trust). Default: FULCRUM_SANDBOX, else auto.
+    #[arg(long)]
+    pub sandbox: Option<SandboxChoice>,
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -41,19 +48,21 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             .with_context(|| format!("{}: cannot read", args.file.display()))?
     };
     let reqs = parse_requests(&args.file, &text)?;
-    let runner = reqs.iter().any(|r| r.verifier == Verifier::Code).then(|| {
-        let detected = CodeRunner::detect();
+    if let Some(choice) = args.sandbox {
+        set_sandbox_choice(choice)?;
+    }
+    let runner = if reqs.iter().any(|r| r.verifier == Verifier::Code) {
+        // Prints the mode once; refuses (an error, nothing scored) when no sandbox works.
+        let runner = CodeRunner::try_detect()?;
         let runner = match args.workers {
-            Some(w) => CodeRunner::new(detected.config().clone(), w),
-            None => detected,
+            Some(w) => runner.with_workers(w),
+            None => runner,
         };
-        eprintln!(
-            "fulcrum: code sandbox: {} mode, {} workers",
-            runner.config().mode.name(),
-            runner.workers()
-        );
-        runner
-    });
+        eprintln!("fulcrum: code runner: {} workers", runner.workers());
+        Some(runner)
+    } else {
+        None
+    };
     let scores = score_requests(&reqs, mode, runner.as_ref());
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     for s in scores {

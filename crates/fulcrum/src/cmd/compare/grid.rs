@@ -185,7 +185,11 @@ pub fn state(cell: &Cell) -> Result<CellState> {
         .with_context(|| format!("{} holds a run without a readable config", dir.display()))?;
     // A run records its automatic choices (threads, device) resolved: compare like with like.
     let (old, _) = fulcrum_train::resolve_runtime(&old)?;
-    let (new, _) = fulcrum_train::resolve_runtime(&cell.config)?;
+    let (mut new, _) = fulcrum_train::resolve_runtime(&cell.config)?;
+    // So does the sandbox of a run that scores code: `auto` is what the run resolved it to.
+    if new.sandbox == fulcrum_tasks::code::SandboxChoice::Auto {
+        new.sandbox = old.sandbox;
+    }
     if old.to_toml() != new.to_toml() {
         anyhow::bail!(
             "{} holds a run with a different config than this command asks for; \
