@@ -46,6 +46,17 @@ pub enum TrainError {
     /// directory already in use).
     #[error("{0}")]
     Run(String),
+    /// Stopped by SIGINT or SIGTERM after `step` (the checkpoint of that step is written).
+    #[error("interrupted after {phase} step {step}: {hint}")]
+    Interrupted {
+        phase: &'static str,
+        step: u64,
+        hint: String,
+    },
+    /// A resume that would not continue the same run: the config or the binary differs from
+    /// the checkpoint's (`--force` resumes anyway).
+    #[error("{path}: {message}\n(resume with --force to continue anyway)")]
+    ResumeMismatch { path: PathBuf, message: String },
     /// Any other I/O failure, with the path it concerned.
     #[error("{path}: {source}")]
     Io {

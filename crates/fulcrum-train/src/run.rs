@@ -9,6 +9,7 @@
 //! from `(seed, step)`, so a run resumed from a checkpoint draws what the uninterrupted run drew,
 //! and its files end identical.
 
+use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -25,6 +26,7 @@ use crate::data::{DataPosition, DataStream};
 use crate::error::TrainError;
 use crate::eval::{evaluate, EvalResult, EvalSettings};
 use crate::event::Event;
+use crate::interrupt::stop_requested;
 use crate::metrics::{truncate_after, JsonlWriter};
 use crate::policy::{new_optimizer, rl_schedule, Policy};
 use crate::step::grpo_step;
@@ -56,7 +58,12 @@ pub struct Run {
     eval_task: Option<Box<dyn Task>>,
     /// Made by [`Run::create`]: starts at step 0 whatever the directory holds.
     fresh: bool,
+    /// Resume even when the config or the binary differs from the checkpoint's.
+    force: bool,
 }
+
+/// The build that writes a checkpoint: the package version and the git commit.
+pub const BUILD: &str = env!("FULCRUM_BUILD");
 
 impl Run {
     /// A new run from `cfg`: resolves device, threads, model and tasks, picks the run directory
@@ -98,7 +105,15 @@ impl Run {
             task,
             eval_task,
             fresh: false,
+            force: false,
         })
+    }
+
+    /// Resume even if the run's config or this binary differs from what wrote its latest
+    /// checkpoint (the differences are still said on stderr).
+    pub fn force(mut self, force: bool) -> Self {
+        self.force = force;
+        self
     }
 
     /// The resolved config.
@@ -147,7 +162,21 @@ impl Run {
     ) -> Result<RunSummary, TrainError> {
         let cfg = &self.cfg;
         let tasks = (self.task.as_ref(), self.eval_task());
-        let start = starting_policy(cfg, &self.model, &self.dir, tasks, self.device, on)?;
+        let start =
+            starting_policy(cfg, &self.model, &self.dir, tasks, self.device, on).map_err(|e| {
+                match e {
+                    TrainError::Interrupted { phase, step, .. } => TrainError::Interrupted {
+                        phase,
+                        step,
+                        hint: format!(
+                            "the warm-up was not finished, nothing of it is kept; `fulcrum train \
+                         --resume {}` starts this run again from the beginning",
+                            self.dir.display()
+                        ),
+                    },
+                    other => other,
+                }
+            })?;
         if let Some(acc) = start.sft_accuracy {
             let mut w = JsonlWriter::append(&self.dir.join("eval.jsonl"))?;
             w.write(&json!({"step": 0, "accuracy": acc, "phase": "sft"}))?;
@@ -187,6 +216,7 @@ impl Run {
     ) -> Result<RunSummary, TrainError> {
         let cfg = &self.cfg;
         let manifest = checkpoint::verify(dir)?;
+        self.check_same_run(dir, &manifest.meta)?;
         let pos: DataPosition =
             serde_json::from_value(manifest.meta["data"].clone()).map_err(|e| {
                 TrainError::Checkpoint {
@@ -227,7 +257,11 @@ impl Run {
         let es = EvalSettings::of(cfg);
         let (mut sample_tokens, mut sample_secs) = (0.0, 0.0);
         let mut last_eval: Option<EvalResult> = None;
-        let checkpoint_meta = |step: u64, data: &DataStream| json!({"step": step, "data": data.position(), "sft_accuracy": sft_accuracy});
+        let fingerprint = config_fingerprint(cfg);
+        let checkpoint_meta = |step: u64, data: &DataStream| {
+            json!({"step": step, "data": data.position(), "sft_accuracy": sft_accuracy,
+                   "config": fingerprint, "build": BUILD})
+        };
         for step in start + 1..=cfg.steps {
             let report = grpo_step(
                 &mut policy,
@@ -264,6 +298,22 @@ impl Run {
                 checkpoint::save_policy(&dest, &policy, checkpoint_meta(step, &data))?;
                 on(Event::Checkpoint { path: &dest });
             }
+            if stop_requested() && step < cfg.steps {
+                let dest = dir.join("checkpoints").join(format!("step-{step}"));
+                if !dest.exists() {
+                    checkpoint::save_policy(&dest, &policy, checkpoint_meta(step, &data))?;
+                    on(Event::Checkpoint { path: &dest });
+                }
+                return Err(TrainError::Interrupted {
+                    phase: "GRPO",
+                    step,
+                    hint: format!(
+                        "checkpoint {} written; continue with `fulcrum train --resume {}`",
+                        dest.display(),
+                        dir.display()
+                    ),
+                });
+            }
         }
         let final_dir = dir.join("checkpoints").join("final");
         checkpoint::save_policy(&final_dir, &policy, checkpoint_meta(cfg.steps, &data))?;
@@ -286,6 +336,42 @@ impl Run {
             .map_err(|e| TrainError::Run(format!("summary: {e}")))?;
         fs::write(&path, text + "\n").map_err(TrainError::io(&path))?;
         Ok(summary)
+    }
+
+    /// Refuses (unless forced) to resume from a checkpoint written under another config or by
+    /// another build; names the keys that differ. Checkpoints from before these were recorded
+    /// carry neither and are taken as they are.
+    fn check_same_run(&self, dir: &Path, meta: &serde_json::Value) -> Result<(), TrainError> {
+        let mut problems = Vec::new();
+        if let Some(old) = meta.get("config").and_then(|v| v.as_str()) {
+            let keys = differing_keys(old, &config_fingerprint(&self.cfg));
+            if !keys.is_empty() {
+                problems.push(format!(
+                    "the run's config.toml differs from the one this checkpoint was written \
+                     with, in {}",
+                    keys.join(", ")
+                ));
+            }
+        }
+        if let Some(old) = meta.get("build").and_then(|v| v.as_str()) {
+            if old != BUILD {
+                problems.push(format!(
+                    "the checkpoint was written by fulcrum {old}, this is fulcrum {BUILD}"
+                ));
+            }
+        }
+        if problems.is_empty() {
+            return Ok(());
+        }
+        let message = problems.join("; ");
+        if self.force {
+            eprintln!("fulcrum: resuming anyway (--force): {message}");
+            return Ok(());
+        }
+        Err(TrainError::ResumeMismatch {
+            path: dir.to_path_buf(),
+            message,
+        })
     }
 
     /// Appends one evaluation to `eval.jsonl`: the result at `step` (with its `phase` when it is
@@ -343,6 +429,52 @@ pub fn resolve_runtime(cfg: &Config) -> Result<(Config, Device), TrainError> {
     resolved.threads = rt.threads;
     resolved.device = DeviceChoice::of(rt.device);
     Ok((resolved, rt.device))
+}
+
+/// The config as a checkpoint records it: its TOML without where the run lives (`run_dir`,
+/// `run_name`), which may be spelled differently on resume.
+fn config_fingerprint(cfg: &Config) -> String {
+    let mut c = cfg.clone();
+    c.run_dir = None;
+    c.run_name = String::new();
+    c.to_toml()
+}
+
+/// The dotted keys whose values differ between two TOML documents (a key present in one only
+/// counts).
+fn differing_keys(a: &str, b: &str) -> Vec<String> {
+    fn flatten(prefix: &str, t: &toml::Table, out: &mut BTreeMap<String, String>) {
+        for (k, v) in t {
+            let key = if prefix.is_empty() {
+                k.clone()
+            } else {
+                format!("{prefix}.{k}")
+            };
+            match v {
+                toml::Value::Table(inner) => flatten(&key, inner, out),
+                other => {
+                    out.insert(key, other.to_string());
+                }
+            }
+        }
+    }
+    let parse = |s: &str| {
+        let mut out = BTreeMap::new();
+        if let Ok(t) = s.parse::<toml::Table>() {
+            flatten("", &t, &mut out);
+        }
+        out
+    };
+    let (a, b) = (parse(a), parse(b));
+    let mut keys: Vec<String> = a
+        .keys()
+        .chain(b.keys())
+        .filter(|k| a.get(*k) != b.get(*k))
+        .cloned()
+        .collect();
+    keys.sort();
+    keys.dedup();
+    keys
 }
 
 /// The first free run directory: `runs/<name>`, then `runs/<name>-2`, ... (an explicit

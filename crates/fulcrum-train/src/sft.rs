@@ -15,6 +15,7 @@ use tch::Kind;
 use crate::config::Config;
 use crate::data::{DataPosition, DataStream};
 use crate::error::TrainError;
+use crate::interrupt::stop_requested;
 use crate::packing::{pack, Item};
 use crate::policy::{guarded_update, new_optimizer, Update};
 use crate::rollout::{encode_prompt, Rollout};
@@ -135,6 +136,13 @@ pub fn run_sft(
             loss: value,
             skipped,
         });
+        if stop_requested() && step + 1 < s.steps {
+            return Err(TrainError::Interrupted {
+                phase: "SFT",
+                step: step + 1,
+                hint: "the warm-up was not finished, nothing of it is kept".into(),
+            });
+        }
     }
     Ok(skipped)
 }

@@ -61,11 +61,25 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(err) if is_broken_pipe(&err) => ExitCode::SUCCESS,
+        Err(err) if is_interrupted(&err) => {
+            eprintln!("fulcrum: {err:#}");
+            ExitCode::from(fulcrum_train::INTERRUPTED_EXIT)
+        }
         Err(err) => {
             eprintln!("fulcrum: {err:#}");
             ExitCode::from(2)
         }
     }
+}
+
+/// Stopped by SIGINT/SIGTERM after a checkpoint: exit 130, as a shell reports Ctrl-C.
+fn is_interrupted(err: &anyhow::Error) -> bool {
+    err.chain().any(|c| {
+        matches!(
+            c.downcast_ref::<fulcrum_train::TrainError>(),
+            Some(fulcrum_train::TrainError::Interrupted { .. })
+        )
+    })
 }
 
 fn is_broken_pipe(err: &anyhow::Error) -> bool {

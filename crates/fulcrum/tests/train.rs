@@ -346,3 +346,101 @@ fn eval_samples_file_holds_every_scored_response() {
     assert_eq!(o.status.code(), Some(2));
     assert!(err(&o).contains("no/such/dir/s.jsonl"), "{}", err(&o));
 }
+
+/// Starts `fulcrum train` on the small config with `extra`, waits for its first metrics line,
+/// sends it SIGTERM `signals` times in a row, and returns how it ended.
+fn train_and_signal(cwd: &Path, run: &str, extra: &[&str], signals: usize) -> Output {
+    let mut args = vec!["train", "--quiet"];
+    args.extend_from_slice(SMALL);
+    args.extend_from_slice(extra);
+    args.extend_from_slice(&["--run-dir", run]);
+    let child = Command::new(env!("CARGO_BIN_EXE_fulcrum"))
+        .current_dir(cwd)
+        .args(&args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let metrics = cwd.join(run).join("metrics.jsonl");
+    let t0 = Instant::now();
+    while std::fs::read_to_string(&metrics).map_or(0, |t| t.lines().count()) < 1 {
+        assert!(t0.elapsed() < Duration::from_secs(300), "no step after 300 s");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    for _ in 0..signals {
+        let sent = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(sent.success());
+    }
+    child.wait_with_output().unwrap()
+}
+
+#[test]
+fn sigterm_checkpoints_and_resume_ends_as_the_uninterrupted_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let long = ["--set", "steps=6"];
+    let whole = train(dir.path(), &[&long[..], &["--run-dir", "whole"]].concat());
+    assert!(whole.status.success(), "{}", err(&whole));
+    let whole_model = sha(&dir.path().join("whole/checkpoints/final/model.safetensors"));
+
+    // One signal: the step finishes, its checkpoint is written, exit 130 with how to resume.
+    // Two signals: exit at once; whatever was written is still a resumable run.
+    for (run, signals) in [("once", 1), ("twice", 2)] {
+        let o = train_and_signal(dir.path(), run, &long, signals);
+        assert_eq!(o.status.code(), Some(130), "{run}: {}", err(&o));
+        let path = dir.path().join(run);
+        if signals == 1 {
+            assert!(err(&o).contains("interrupted after GRPO step"), "{}", err(&o));
+            assert!(err(&o).contains(&format!("--resume {run}")), "{}", err(&o));
+            let done = metrics(&path).len();
+            assert!(done < 6, "the run was not interrupted: {done} steps");
+            assert!(path.join(format!("checkpoints/step-{done}")).is_dir());
+            assert!(!path.join("summary.json").exists());
+        }
+        let resumed = Command::new(env!("CARGO_BIN_EXE_fulcrum"))
+            .current_dir(dir.path())
+            .args(["train", "--quiet", "--resume", run])
+            .output()
+            .unwrap();
+        assert!(resumed.status.success(), "{run}: {}", err(&resumed));
+        assert_eq!(metrics(&path), metrics(&dir.path().join("whole")), "{run}");
+        assert_eq!(
+            sha(&path.join("checkpoints/final/model.safetensors")),
+            whole_model,
+            "{run}"
+        );
+    }
+}
+
+#[test]
+fn resume_refuses_a_changed_config_naming_the_keys_unless_forced() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = train(dir.path(), &["--run-dir", "r", "--set", "steps=2"]);
+    assert!(o.status.success(), "{}", err(&o));
+    std::fs::remove_file(dir.path().join("r/summary.json")).unwrap();
+    let cfg = dir.path().join("r/config.toml");
+    let text = std::fs::read_to_string(&cfg).unwrap();
+    assert!(text.contains("temperature = 1.0"), "{text}");
+    std::fs::write(&cfg, text.replacen("temperature = 1.0", "temperature = 0.7", 1)).unwrap();
+    let resume = |extra: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_fulcrum"))
+            .current_dir(dir.path())
+            .args(["train", "--quiet", "--resume", "r"])
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let o = resume(&[]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        err(&o).contains("rollout.temperature") && err(&o).contains("--force"),
+        "{}",
+        err(&o)
+    );
+    assert!(!dir.path().join("r/summary.json").exists());
+    let o = resume(&["--force"]);
+    assert!(o.status.success(), "{}", err(&o));
+    assert!(err(&o).contains("resuming anyway"), "{}", err(&o));
+}

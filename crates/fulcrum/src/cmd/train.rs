@@ -38,6 +38,10 @@ pub struct Args {
     /// Continue the run in this directory from its latest checkpoint.
     #[arg(long, conflicts_with_all = ["config", "set", "run_dir"])]
     pub resume: Option<PathBuf>,
+    /// With --resume: continue even if the run's config.toml or this binary differs from what
+    /// wrote the latest checkpoint (the differing keys are still printed).
+    #[arg(long, requires = "resume")]
+    pub force: bool,
     /// No progress bar (also off when stderr is not a terminal).
     #[arg(long)]
     pub quiet: bool,
@@ -66,6 +70,9 @@ pub fn run(args: Args) -> Result<ExitCode> {
         print!("{}", cfg.to_toml());
         return Ok(ExitCode::SUCCESS);
     }
+    // Ctrl-C / SIGTERM: finish the step, checkpoint, exit 130 saying how to resume; a second
+    // signal exits at once.
+    fulcrum_train::install_signal_handlers()?;
     let pb = bar(args.quiet);
     let mut held_out = String::from("-");
     let mut on = |e: Event<'_>| match e {
@@ -114,7 +121,8 @@ pub fn run(args: Args) -> Result<ExitCode> {
         Event::Checkpoint { .. } => {}
     };
     let summary = match &args.resume {
-        Some(dir) => fulcrum_train::resume(dir, &mut on)
+        Some(dir) => fulcrum_train::Run::open(dir)
+            .and_then(|run| run.force(args.force).train(&mut on))
             .with_context(|| format!("resuming {}", dir.display()))?,
         None => {
             let mut cfg = args.source.load()?;

@@ -113,6 +113,8 @@ pub fn run(args: Args) -> Result<ExitCode> {
     fs::write(&mpath, serde_json::to_string_pretty(&manifest)? + "\n")
         .with_context(|| format!("writing {}", mpath.display()))?;
 
+    // Ctrl-C / SIGTERM: the running cells checkpoint and stop; the same command resumes them.
+    fulcrum_train::install_signal_handlers()?;
     run_grid(&cells, &tasks, &seeds, &args.out, args.jobs, args.quiet)?;
 
     let th = Thresholds {
