@@ -391,4 +391,34 @@ mod tests {
         clean_leftovers(dir.path()).unwrap();
         assert!(!dir.path().join(".tmp-step-40-1").exists());
     }
+
+    #[test]
+    fn a_write_that_fails_midway_leaves_the_previous_checkpoint_intact() {
+        let dir = tempfile::tempdir().unwrap();
+        let dest = dir.path().join("step-4");
+        write(&dest, serde_json::json!({"step": 4}), fill("good")).unwrap();
+        let failing = |d: &Path| -> Result<(), TrainError> {
+            fs::create_dir(d).unwrap();
+            fs::write(d.join("model.safetensors"), "half").unwrap();
+            Err(TrainError::Io {
+                path: d.join("optimizer.safetensors"),
+                source: std::io::Error::from_raw_os_error(28), // ENOSPC
+            })
+        };
+        let err = write(&dest, serde_json::json!({"step": 4}), failing)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("optimizer.safetensors"), "{err}");
+        verify(&dest).unwrap();
+        assert_eq!(
+            fs::read_to_string(dest.join("model.safetensors")).unwrap(),
+            "good"
+        );
+        clean_leftovers(dir.path()).unwrap();
+        let left: Vec<_> = fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(left, vec![std::ffi::OsString::from("step-4")]);
+    }
 }

@@ -229,7 +229,15 @@ impl Run {
         let start_dir = (cfg.sft.steps > 0).then(|| sft_cache_dir(cfg, &self.dir));
         let reference = reference_model(cfg, &self.model, start_dir.as_deref(), self.device)?;
         for f in STREAMS {
-            truncate_after(&self.dir.join(f), "step", step)?;
+            let path = self.dir.join(f);
+            let torn = truncate_after(&path, "step", step)?;
+            if torn > 0 {
+                // A write cut short (a crash, a full disk): repaired, and said.
+                eprintln!(
+                    "fulcrum: {}: dropped {torn} unfinished line(s) left by an interrupted write",
+                    path.display()
+                );
+            }
         }
         let policy = Policy {
             model,

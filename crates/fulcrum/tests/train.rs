@@ -364,7 +364,10 @@ fn train_and_signal(cwd: &Path, run: &str, extra: &[&str], signals: usize) -> Ou
     let metrics = cwd.join(run).join("metrics.jsonl");
     let t0 = Instant::now();
     while std::fs::read_to_string(&metrics).map_or(0, |t| t.lines().count()) < 1 {
-        assert!(t0.elapsed() < Duration::from_secs(300), "no step after 300 s");
+        assert!(
+            t0.elapsed() < Duration::from_secs(300),
+            "no step after 300 s"
+        );
         std::thread::sleep(Duration::from_millis(5));
     }
     for _ in 0..signals {
@@ -392,7 +395,11 @@ fn sigterm_checkpoints_and_resume_ends_as_the_uninterrupted_run() {
         assert_eq!(o.status.code(), Some(130), "{run}: {}", err(&o));
         let path = dir.path().join(run);
         if signals == 1 {
-            assert!(err(&o).contains("interrupted after GRPO step"), "{}", err(&o));
+            assert!(
+                err(&o).contains("interrupted after GRPO step"),
+                "{}",
+                err(&o)
+            );
             assert!(err(&o).contains(&format!("--resume {run}")), "{}", err(&o));
             let done = metrics(&path).len();
             assert!(done < 6, "the run was not interrupted: {done} steps");
@@ -423,7 +430,11 @@ fn resume_refuses_a_changed_config_naming_the_keys_unless_forced() {
     let cfg = dir.path().join("r/config.toml");
     let text = std::fs::read_to_string(&cfg).unwrap();
     assert!(text.contains("temperature = 1.0"), "{text}");
-    std::fs::write(&cfg, text.replacen("temperature = 1.0", "temperature = 0.7", 1)).unwrap();
+    std::fs::write(
+        &cfg,
+        text.replacen("temperature = 1.0", "temperature = 0.7", 1),
+    )
+    .unwrap();
     let resume = |extra: &[&str]| {
         Command::new(env!("CARGO_BIN_EXE_fulcrum"))
             .current_dir(dir.path())

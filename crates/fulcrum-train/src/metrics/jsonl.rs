@@ -3,7 +3,7 @@
 //! resumed run's files equal those of a run never interrupted.
 
 use std::fs::{File, OpenOptions};
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
@@ -44,34 +44,41 @@ impl JsonlWriter {
     }
 }
 
-/// Keeps only the complete lines of `path` whose `key` field is `<= last` (and drops a last,
-/// partial line left by a crash). A missing file is fine.
-pub fn truncate_after(path: &Path, key: &str, last: u64) -> Result<(), TrainError> {
+/// Keeps only the complete lines of `path` whose `key` field is `<= last`, and drops what a
+/// crash or a full disk left unfinished: a last line without its newline or not valid JSON
+/// (bytes, not text, are read, so a write cut inside a UTF-8 character is no obstacle). Returns
+/// how many such torn lines were dropped, for the caller to say so. A missing file is fine.
+pub fn truncate_after(path: &Path, key: &str, last: u64) -> Result<usize, TrainError> {
     if !path.exists() {
-        return Ok(());
+        return Ok(0);
     }
-    let reader = BufReader::new(File::open(path).map_err(TrainError::io(path))?);
-    let mut kept = String::new();
-    for line in reader.lines() {
-        let line = line.map_err(TrainError::io(path))?;
-        let Ok(v) = serde_json::from_str::<serde_json::Value>(&line) else {
-            break; // a torn last line
+    let bytes = std::fs::read(path).map_err(TrainError::io(path))?;
+    let mut kept = Vec::with_capacity(bytes.len());
+    let mut torn = 0;
+    let mut rest: &[u8] = &bytes;
+    while !rest.is_empty() {
+        let (line, complete) = match rest.iter().position(|&b| b == b'\n') {
+            Some(n) => (&rest[..n], true),
+            None => (rest, false),
         };
-        match v.get(key).and_then(|s| s.as_u64()) {
-            Some(s) if s <= last => {
-                kept.push_str(&line);
-                kept.push('\n');
-            }
-            Some(_) => {}
-            None => {
-                kept.push_str(&line);
-                kept.push('\n');
-            }
+        rest = &rest[(line.len() + 1).min(rest.len())..];
+        let parsed = serde_json::from_slice::<serde_json::Value>(line);
+        let Some(v) = parsed.as_ref().ok().filter(|_| complete) else {
+            torn += 1;
+            continue;
+        };
+        if v.get(key)
+            .and_then(|s| s.as_u64())
+            .is_none_or(|s| s <= last)
+        {
+            kept.extend_from_slice(line);
+            kept.push(b'\n');
         }
     }
     let tmp = path.with_extension("jsonl.tmp");
     std::fs::write(&tmp, kept).map_err(TrainError::io(&tmp))?;
-    std::fs::rename(&tmp, path).map_err(TrainError::io(path))
+    std::fs::rename(&tmp, path).map_err(TrainError::io(path))?;
+    Ok(torn)
 }
 
 #[cfg(test)]
@@ -90,9 +97,40 @@ mod tests {
         drop(w);
         let mut f = OpenOptions::new().append(true).open(&p).unwrap();
         f.write_all(b"{\"step\": 6, \"x\"").unwrap();
-        truncate_after(&p, "step", 3).unwrap();
+        assert_eq!(truncate_after(&p, "step", 3).unwrap(), 1);
         let text = std::fs::read_to_string(&p).unwrap();
         assert_eq!(text.lines().count(), 3);
         assert!(text.ends_with("{\"step\":3,\"x\":6}\n"), "{text}");
+    }
+
+    #[test]
+    fn a_full_disk_is_an_error_naming_the_file() {
+        let full = Path::new("/dev/full");
+        if !full.exists() {
+            return;
+        }
+        let mut w = JsonlWriter::append(full).unwrap();
+        let err = w
+            .write(&serde_json::json!({"step": 1}))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("/dev/full:") && err.contains("space"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_line_cut_inside_a_character_is_dropped_not_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("samples.jsonl");
+        let mut bytes = b"{\"step\":1,\"r\":\"ok\"}\n{\"step\":2,\"r\":\"".to_vec();
+        bytes.extend_from_slice(&"é".as_bytes()[..1]);
+        std::fs::write(&p, bytes).unwrap();
+        assert_eq!(truncate_after(&p, "step", 5).unwrap(), 1);
+        assert_eq!(
+            std::fs::read_to_string(&p).unwrap(),
+            "{\"step\":1,\"r\":\"ok\"}\n"
+        );
     }
 }
