@@ -10,7 +10,7 @@ use std::collections::HashMap;
 
 use fulcrum_core::rng::mix;
 use fulcrum_model::{Completion, Finish, Message, Model, SampleRequest, Sampling};
-use fulcrum_tasks::{Example, Task};
+use fulcrum_tasks::{Example, Score, Task};
 
 use crate::config::Config;
 use crate::data::DataStream;
@@ -109,7 +109,7 @@ pub fn sample_and_score(
         .zip(&texts)
         .map(|(c, t)| (&examples[c.prompt_index], t.as_str()))
         .collect();
-    let scores = task.score_batch(&pairs);
+    let scores = score_guarded(task, &pairs);
     let secs = t0.elapsed().as_secs_f64();
     let mut out = Vec::with_capacity(completions.len());
     for ((c, text), score) in completions.into_iter().zip(texts).zip(scores) {
@@ -126,6 +126,33 @@ pub fn sample_and_score(
         });
     }
     Ok((out, secs))
+}
+
+/// Scores a batch, surviving a verifier that panics: the batch is scored again one response
+/// at a time, and a response whose verifier panics gets reward 0 (in the task's reward mode's
+/// terms, the wrong-answer reward) with the panic as its reason; the step goes on.
+pub fn score_guarded(task: &dyn Task, pairs: &[(&Example, &str)]) -> Vec<Score> {
+    use std::panic::{catch_unwind, AssertUnwindSafe};
+    if let Ok(scores) = catch_unwind(AssertUnwindSafe(|| task.score_batch(pairs))) {
+        return scores;
+    }
+    pairs
+        .iter()
+        .map(|(e, r)| {
+            catch_unwind(AssertUnwindSafe(|| task.score(e, r))).unwrap_or_else(|panic| {
+                let why = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "no message".into());
+                Score {
+                    reward: 0.0,
+                    correct: false,
+                    reason: format!("verifier crashed: {why}"),
+                }
+            })
+        })
+        .collect()
 }
 
 /// The groups one step trains on (design.md steps 1-3), with what drawing them took.
@@ -205,4 +232,50 @@ pub fn keep_informative_groups(rollouts: &mut Vec<Rollout>, group_size: usize) -
     }
     rollouts.retain(|x| range.get(&x.group).is_some_and(|(lo, hi)| lo < hi));
     (before - rollouts.len()) / group_size
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fulcrum_tasks::{Split, Verifier};
+
+    /// A task whose verifier panics on one response.
+    struct Brittle;
+
+    impl Task for Brittle {
+        fn name(&self) -> &str {
+            "brittle"
+        }
+        fn examples(&self, _: Split, _: u64, _: usize) -> fulcrum_tasks::Result<Vec<Example>> {
+            Ok(Vec::new())
+        }
+        fn score(&self, _: &Example, response: &str) -> Score {
+            assert!(response != "boom", "pathological answer");
+            Score {
+                reward: 1.0,
+                correct: true,
+                reason: "fine".into(),
+            }
+        }
+    }
+
+    #[test]
+    fn a_verifier_that_panics_costs_only_its_response() {
+        let e = Example {
+            id: "x".into(),
+            prompt: "p".into(),
+            answer: "a".into(),
+            demonstration: None,
+            verifier: Verifier::Exact,
+            entry_point: None,
+        };
+        let pairs = [(&e, "ok"), (&e, "boom"), (&e, "ok")];
+        let hook = std::panic::take_hook();
+        std::panic::set_hook(Box::new(|_| {}));
+        let scores = score_guarded(&Brittle, &pairs);
+        std::panic::set_hook(hook);
+        let rewards: Vec<f64> = scores.iter().map(|s| s.reward).collect();
+        assert_eq!(rewards, vec![1.0, 0.0, 1.0]);
+        assert!(scores[1].reason.contains("verifier crashed: pathological answer"));
+    }
 }
