@@ -59,6 +59,12 @@ pub enum ModelError {
     /// A request to the model is inconsistent (empty prompt, too long, bad sampling settings).
     #[error("invalid request: {0}")]
     Invalid(String),
+    /// The model's logits are NaN or infinite (a diverged update, an overflow): nothing can be
+    /// sampled from them.
+    #[error(
+        "the model produced non-finite logits while sampling (a diverged update or an overflow)"
+    )]
+    NonFiniteLogits,
     /// The requested device is not available.
     #[error("device `{requested}`: {message}")]
     Device { requested: String, message: String },

@@ -105,6 +105,11 @@ pub fn sample_next(
     rngs: &mut [SplitMix64],
 ) -> Result<(Tensor, Tensor)> {
     let logits = logits.to_kind(Kind::Float);
+    // NaN or infinite logits would sample token 0 with a NaN log-probability: refuse instead,
+    // so that the trainer can skip the step with a reason.
+    if !bool::try_from(logits.isfinite().all()).unwrap_or(false) {
+        return Err(ModelError::NonFiniteLogits);
+    }
     match sampling {
         Sampling::Greedy => {
             let tokens = logits.argmax(-1, true);

@@ -238,3 +238,24 @@ fn stop_strings_end_a_completion() -> anyhow::Result<()> {
     assert!(out[0].tokens.len() <= 5);
     Ok(())
 }
+
+#[test]
+fn non_finite_logits_are_refused_not_sampled() {
+    let mut rngs = vec![fulcrum_core::SplitMix64::new(1)];
+    for bad in [f32::NAN, f32::INFINITY] {
+        let logits = Tensor::from_slice(&[1.0f32, bad, 0.5]).view([1, 3]);
+        for sampling in [
+            Sampling::Greedy,
+            Sampling::Sample {
+                temperature: 1.0,
+                top_k: None,
+                top_p: None,
+            },
+        ] {
+            let err = fulcrum_model::sampler::sample_next(&logits, sampling, &mut rngs)
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("non-finite logits"), "{err}");
+        }
+    }
+}

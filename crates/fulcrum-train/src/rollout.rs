@@ -276,6 +276,8 @@ mod tests {
         std::panic::set_hook(hook);
         let rewards: Vec<f64> = scores.iter().map(|s| s.reward).collect();
         assert_eq!(rewards, vec![1.0, 0.0, 1.0]);
-        assert!(scores[1].reason.contains("verifier crashed: pathological answer"));
+        assert!(scores[1]
+            .reason
+            .contains("verifier crashed: pathological answer"));
     }
 }

@@ -27,9 +27,10 @@ use crate::error::TrainError;
 use crate::eval::{evaluate, EvalResult, EvalSettings};
 use crate::event::Event;
 use crate::interrupt::stop_requested;
+use crate::metrics::StepMetrics;
 use crate::metrics::{truncate_after, JsonlWriter};
 use crate::policy::{new_optimizer, rl_schedule, Policy};
-use crate::step::grpo_step;
+use crate::step::{grpo_step, StepReport};
 use crate::warmup::{reference_model, sft_cache_dir, starting_policy};
 
 /// The end of a run (`summary.json`).
@@ -264,6 +265,7 @@ impl Run {
         let lr = rl_schedule(cfg);
         let es = EvalSettings::of(cfg);
         let (mut sample_tokens, mut sample_secs) = (0.0, 0.0);
+        let mut skips = SkipGuard::new(cfg.max_consecutive_skips);
         let mut last_eval: Option<EvalResult> = None;
         let fingerprint = config_fingerprint(cfg);
         let checkpoint_meta = |step: u64, data: &DataStream| {
@@ -271,14 +273,21 @@ impl Run {
                    "config": fingerprint, "build": BUILD})
         };
         for step in start + 1..=cfg.steps {
-            let report = grpo_step(
-                &mut policy,
-                self.task.as_ref(),
-                cfg,
-                step,
-                &mut data,
-                lr.lr(step - 1),
-            )?;
+            let rate = lr.lr(step - 1);
+            let report =
+                match grpo_step(&mut policy, self.task.as_ref(), cfg, step, &mut data, rate) {
+                    Ok(r) => r,
+                    // Nothing could be sampled: the step is skipped as a whole, with its reason.
+                    Err(TrainError::Model(e @ fulcrum_model::ModelError::NonFiniteLogits)) => {
+                        eprintln!("fulcrum: step {step} skipped: {e}");
+                        StepReport {
+                            metrics: StepMetrics::skipped_step(step, rate, e.to_string()),
+                            samples: Vec::new(),
+                        }
+                    }
+                    Err(e) => return Err(e),
+                };
+            skips.record(step, report.metrics.skipped, dir)?;
             sample_tokens += report.metrics.sample_tokens as f64;
             sample_secs += report.metrics.time_sample;
             let line = serde_json::to_value(&report.metrics)
@@ -439,6 +448,35 @@ pub fn resolve_runtime(cfg: &Config) -> Result<(Config, Device), TrainError> {
     Ok((resolved, rt.device))
 }
 
+/// Counts the steps skipped in a row (non-finite logits, loss or gradient) and stops the run
+/// once there are `limit` of them (0: never): a policy that keeps producing non-finite numbers
+/// has diverged, and more steps would only repeat the failure.
+struct SkipGuard {
+    limit: u64,
+    in_a_row: u64,
+}
+
+impl SkipGuard {
+    fn new(limit: u64) -> Self {
+        SkipGuard { limit, in_a_row: 0 }
+    }
+
+    fn record(&mut self, step: u64, skipped: bool, run_dir: &Path) -> Result<(), TrainError> {
+        self.in_a_row = if skipped { self.in_a_row + 1 } else { 0 };
+        if self.limit > 0 && self.in_a_row >= self.limit {
+            return Err(TrainError::Run(format!(
+                "stopped at step {step}: {} steps in a row were skipped (non-finite logits, loss \
+                 or gradient; max_consecutive_skips = {}); the weights were never updated with \
+                 them, and the checkpoints under {} hold the last good policy",
+                self.in_a_row,
+                self.limit,
+                run_dir.join("checkpoints").display()
+            )));
+        }
+        Ok(())
+    }
+}
+
 /// The config as a checkpoint records it: its TOML without where the run lives (`run_dir`,
 /// `run_name`), which may be spelled differently on resume.
 fn config_fingerprint(cfg: &Config) -> String {
@@ -524,6 +562,24 @@ pub fn warm_up(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_run_stops_after_the_configured_number_of_skips_in_a_row() {
+        let dir = Path::new("r");
+        let mut g = SkipGuard::new(3);
+        for (step, skipped) in [(1, true), (2, true), (3, false), (4, true), (5, true)] {
+            g.record(step, skipped, dir).unwrap();
+        }
+        let err = g.record(6, true, dir).unwrap_err().to_string();
+        assert!(
+            err.contains("stopped at step 6") && err.contains("3 steps in a row"),
+            "{err}"
+        );
+        let mut never = SkipGuard::new(0);
+        for step in 1..100 {
+            never.record(step, true, dir).unwrap();
+        }
+    }
 
     #[test]
     fn a_new_run_records_its_automatic_choices_resolved() {

@@ -175,6 +175,7 @@ fn step_metrics(
         entropy_mean: stats.entropy_sum / tokens,
         grad_norm: opt.grad_norm_max,
         skipped: opt.skipped > 0,
+        skip_reason: None,
         opt_steps: opt.applied,
         opt_lr: opt.lr,
         groups_drawn: drawn.groups_drawn as u64,

@@ -57,6 +57,9 @@ pub struct Config {
     pub eval_every: u64,
     /// Write a checkpoint every this many steps (0: only the final one).
     pub checkpoint_every: u64,
+    /// Stop the run (an error naming the latest checkpoint) after this many steps in a row were
+    /// skipped: non-finite logits while sampling, or a non-finite loss or gradient (0: never).
+    pub max_consecutive_skips: u64,
     /// Device: cpu, cuda, cuda:N or auto.
     pub device: DeviceChoice,
     /// CPU threads for libtorch's kernels (0: one per core). On a machine that is busy with
@@ -235,6 +238,7 @@ impl Default for Config {
             advantage: Estimator::Grpo,
             eval_every: 10,
             checkpoint_every: 20,
+            max_consecutive_skips: 5,
             device: DeviceChoice::Cpu,
             threads: 0,
             sandbox: SandboxChoice::Auto,

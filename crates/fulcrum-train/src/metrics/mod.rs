@@ -78,8 +78,12 @@ pub struct StepMetrics {
     /// The largest gradient norm (before clipping) of the step's optimizer steps.
     #[serde(rename = "grad/norm", deserialize_with = "nan_if_null")]
     pub grad_norm: f64,
-    /// Whether any update of the step was skipped (non-finite loss or gradient).
+    /// Whether any update of the step was skipped (non-finite loss or gradient), or the whole
+    /// step (see `skip_reason`).
     pub skipped: bool,
+    /// Why the whole step was skipped (e.g. non-finite logits while sampling); absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub skip_reason: Option<String>,
     #[serde(rename = "opt/steps")]
     pub opt_steps: u64,
     #[serde(rename = "opt/lr", deserialize_with = "nan_if_null")]
@@ -103,6 +107,36 @@ pub struct StepMetrics {
 }
 
 impl StepMetrics {
+    /// The line of a step that was skipped as a whole, before any response was scored: its
+    /// measurements are NaN (`null` in the file), `skipped` is true, and the reason is said.
+    pub fn skipped_step(step: u64, lr: f64, reason: String) -> StepMetrics {
+        let nan = f64::NAN;
+        StepMetrics {
+            step,
+            reward_mean: nan,
+            acc_train: nan,
+            len_truncated_frac: nan,
+            len_mean: nan,
+            groups_mixed: nan,
+            groups_all_correct: nan,
+            groups_all_wrong: nan,
+            loss_total: nan,
+            loss_policy: nan,
+            clip_frac_low: nan,
+            clip_frac_high: nan,
+            clip_frac: nan,
+            clip_dual_frac: nan,
+            kl_sampling: nan,
+            kl_reference: nan,
+            entropy_mean: nan,
+            grad_norm: nan,
+            skipped: true,
+            skip_reason: Some(reason),
+            opt_lr: lr,
+            ..StepMetrics::default()
+        }
+    }
+
     /// Sampling throughput of this step, tokens per second.
     pub fn sample_tokens_per_s(&self) -> f64 {
         self.sample_tokens as f64 / self.time_sample.max(1e-9)
