@@ -7,7 +7,8 @@
 //! - [`advantages`]: the group-relative advantage estimators (`grpo`, `mean`, `rloo`, `opo`);
 //! - [`ppo_loss`]: the per-token PPO loss with asymmetric clip and dual clip, and its statistics;
 //! - [`diagnostics`]: the length, group-mix and per-rule mass diagnostics of the spec;
-//! - [`stats`]: the few small statistics the rest needs.
+//! - [`stats`]: the few small statistics the rest needs;
+//! - [`analysis`]: the `fulcrum analyze --json` document, shared with the Python package.
 //!
 //! It has no tensor library and no micro-batch type: weights are a function of the whole batch,
 //! so a loss that depends on how the batch was split cannot be written with this API.
@@ -29,6 +30,7 @@
 //! ```
 
 pub mod advantages;
+pub mod analysis;
 mod batch;
 pub mod diagnostics;
 mod error;
@@ -39,6 +41,7 @@ mod serde_names;
 pub mod stats;
 
 pub use advantages::Estimator;
+pub use analysis::AnalysisReport;
 pub use batch::StepBatch;
 pub use diagnostics::{Diagnostics, LengthDiagnostics, RuleMass};
 pub use error::CoreError;
