@@ -29,11 +29,11 @@ from trl_grpo_step import build, digit_prompts, reward  # noqa: E402
 
 
 def run(model_dir, loss_type, warmup, steps, threads):
+    import fulcrum_ba.trl
     import torch
+    import trl
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
-    import trl
-    import fulcrum_ba.trl
 
     torch.set_num_threads(threads)
     trl_s, extra_s = [], []
@@ -61,14 +61,35 @@ def run(model_dir, loss_type, warmup, steps, threads):
     tok = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     args = trl.GRPOConfig(
-        output_dir=tempfile.mkdtemp(), per_device_train_batch_size=128,
-        gradient_accumulation_steps=1, num_generations=8, max_completion_length=64,
-        temperature=1.0, top_p=1.0, top_k=0, learning_rate=1e-5, adam_beta1=0.9,
-        adam_beta2=0.999, adam_epsilon=1e-8, weight_decay=0.0, max_grad_norm=1.0,
-        lr_scheduler_type="constant", beta=0.0, epsilon=0.2, num_iterations=1,
-        loss_type=loss_type, max_steps=total, use_cpu=True, bf16=False, fp16=False,
-        report_to="none", save_strategy="no", logging_steps=10_000, seed=0,
-        disable_tqdm=True, shuffle_dataset=False,
+        output_dir=tempfile.mkdtemp(),
+        per_device_train_batch_size=128,
+        gradient_accumulation_steps=1,
+        num_generations=8,
+        max_completion_length=64,
+        temperature=1.0,
+        top_p=1.0,
+        top_k=0,
+        learning_rate=1e-5,
+        adam_beta1=0.9,
+        adam_beta2=0.999,
+        adam_epsilon=1e-8,
+        weight_decay=0.0,
+        max_grad_norm=1.0,
+        lr_scheduler_type="constant",
+        beta=0.0,
+        epsilon=0.2,
+        num_iterations=1,
+        loss_type=loss_type,
+        max_steps=total,
+        use_cpu=True,
+        bf16=False,
+        fp16=False,
+        report_to="none",
+        save_strategy="no",
+        logging_steps=10_000,
+        seed=0,
+        disable_tqdm=True,
+        shuffle_dataset=False,
     )
     times = []
 
@@ -79,15 +100,26 @@ def run(model_dir, loss_type, warmup, steps, threads):
         def on_step_end(self, *a, **k):
             times.append(time.perf_counter() - self.t0)
 
-    trainer = trainer_cls(model=model, reward_funcs=[reward], args=args, train_dataset=data,
-                          processing_class=tok, callbacks=[Timer()])
+    trainer = trainer_cls(
+        model=model,
+        reward_funcs=[reward],
+        args=args,
+        train_dataset=data,
+        processing_class=tok,
+        callbacks=[Timer()],
+    )
     try:
         trainer.train()
     finally:
         trl.GRPOTrainer._generate_and_score_completions = trl_method
     timed = times[warmup:]
-    out = {"loss_type": loss_type, "trainer": "fulcrum_ba.trl.GRPOTrainer" if extra_s else "trl.GRPOTrainer",
-           "threads": threads, "step_s": timed, "median_s": statistics.median(timed)}
+    out = {
+        "loss_type": loss_type,
+        "trainer": "fulcrum_ba.trl.GRPOTrainer" if extra_s else "trl.GRPOTrainer",
+        "threads": threads,
+        "step_s": timed,
+        "median_s": statistics.median(timed),
+    }
     if extra_s:
         out["fulcrum_extra_s"] = extra_s[warmup:]
     return out
@@ -114,12 +146,19 @@ def main():
             print(json.dumps({"round": r + 1, **runs[loss_type]}), flush=True)
         ratios.append(runs["ba"]["median_s"] / runs["dapo"]["median_s"])
         extra += [x / s for x, s in zip(runs["ba"]["fulcrum_extra_s"], runs["ba"]["step_s"])]
-        print(f"round {r + 1}: ba {runs['ba']['median_s']:.3f} s/step, dapo {runs['dapo']['median_s']:.3f} s/step,"
-              f" ratio ba/dapo {ratios[-1]:.3f}", flush=True)
-    print(f"median ratio ba/dapo over {a.rounds} rounds: {statistics.median(ratios):.3f}"
-          f" (rounds: {', '.join(f'{x:.3f}' for x in ratios)})")
-    print(f"fulcrum's own work per step under ba: median {100 * statistics.median(extra):.3f}% of the step"
-          f" (max {100 * max(extra):.3f}%)")
+        print(
+            f"round {r + 1}: ba {runs['ba']['median_s']:.3f} s/step, dapo {runs['dapo']['median_s']:.3f} s/step,"
+            f" ratio ba/dapo {ratios[-1]:.3f}",
+            flush=True,
+        )
+    print(
+        f"median ratio ba/dapo over {a.rounds} rounds: {statistics.median(ratios):.3f}"
+        f" (rounds: {', '.join(f'{x:.3f}' for x in ratios)})"
+    )
+    print(
+        f"fulcrum's own work per step under ba: median {100 * statistics.median(extra):.3f}% of the step"
+        f" (max {100 * max(extra):.3f}%)"
+    )
 
 
 if __name__ == "__main__":

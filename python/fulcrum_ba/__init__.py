@@ -74,4 +74,10 @@ def analyze(group_ids, rewards, lengths, advantages=None, estimator="grpo", ba_c
     return json.loads(text)
 
 
-__all__ = ["BA_COUNTS", "ESTIMATORS", "RULES", "advantages", "analyze", "weights"]
+def check_name(what, name):
+    """Raises the `ValueError` that `weights` or `advantages` would for a bad `name` of `what`
+    (`"rule"`, `"ba_count"` or `"estimator"`): the valid names, and the nearest one."""
+    _core.check_name(what, name)
+
+
+__all__ = ["BA_COUNTS", "ESTIMATORS", "RULES", "advantages", "analyze", "check_name", "weights"]

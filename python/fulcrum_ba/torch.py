@@ -24,11 +24,15 @@ def agg_loss(loss_mat, loss_mask, weights):
         A float32 scalar tensor on `loss_mat`'s device.
     """
     if not isinstance(loss_mat, torch.Tensor) or loss_mat.dim() != 2:
-        got = f"a {loss_mat.dim()}-d tensor" if isinstance(loss_mat, torch.Tensor) else type(loss_mat).__name__
+        got = (
+            f"a {loss_mat.dim()}-d tensor" if isinstance(loss_mat, torch.Tensor) else type(loss_mat).__name__
+        )
         raise ValueError(f"loss_mat: expected a [batch, tokens] tensor, got {got}")
     if not isinstance(loss_mask, torch.Tensor) or loss_mask.shape != loss_mat.shape:
         got = tuple(loss_mask.shape) if isinstance(loss_mask, torch.Tensor) else type(loss_mask).__name__
-        raise ValueError(f"loss_mask: expected a tensor of loss_mat's shape {tuple(loss_mat.shape)}, got {got}")
+        raise ValueError(
+            f"loss_mask: expected a tensor of loss_mat's shape {tuple(loss_mat.shape)}, got {got}"
+        )
     device = loss_mat.device
     if isinstance(weights, torch.Tensor):
         w = weights.detach().to(device=device, dtype=torch.float32)
@@ -50,4 +54,3 @@ def agg_loss(loss_mat, loss_mask, weights):
     tokens = torch.where(mask != 0, loss_mat.float() * mask, torch.zeros((), device=device))
     per_row = tokens.sum(dim=-1)
     return torch.where(w != 0, per_row * w, torch.zeros((), device=device)).sum()
-

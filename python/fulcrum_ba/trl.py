@@ -16,7 +16,7 @@ lengths and advantages, computes the rule's weights `w_i` once for the whole gen
 then trains with TRL's own `dapo` normalisation, which divides each micro-batch's token sum by
 `N / num_processes` (times `gradient_accumulation_steps / steps_per_generation`). Summed over the
 accumulation steps and averaged over processes that is `sum_i w_i sum_t l(A_i)`: the PPO-clip
-token loss (with TRL's two-sided `delta` clip, KL-free part) is positively homogeneous in `A`
+token loss (TRL's two-sided `delta` clip included) is positively homogeneous in `A`
 (`l(cA) = c l(A)` for `c > 0`, signs kept), so the fold is exact, and the update does not depend
 on `gradient_accumulation_steps`, `per_device_train_batch_size` or the number of processes. The KL
 term (`beta`) and the entropy bonus keep TRL's token-mean, which is what the spec prescribes for
@@ -53,6 +53,14 @@ _LENGTH_KEYS = {
 }
 
 
+def _check_loss_type(loss_type):
+    if loss_type not in fulcrum_ba.RULES and loss_type not in TRL_LOSS_TYPES:
+        raise ValueError(
+            f'loss_type: unknown loss type "{loss_type}"\nvalid loss types: fulcrum rules '
+            f"{', '.join(fulcrum_ba.RULES)}; TRL's {', '.join(TRL_LOSS_TYPES)}"
+        )
+
+
 def _metric(x):
     return float("nan") if x is None else float(x)
 
@@ -65,15 +73,13 @@ class GRPOTrainer(trl.GRPOTrainer):
     """
 
     def __init__(self, *args, ba_count="group", **kwargs):
-        if ba_count not in fulcrum_ba.BA_COUNTS:
-            raise ValueError(f"ba_count: unknown ba count {ba_count!r}\nvalid ba counts: {', '.join(fulcrum_ba.BA_COUNTS)}")
+        fulcrum_ba.check_name("ba_count", ba_count)
+        config = kwargs.get("args", args[2] if len(args) > 2 else None)
+        if config is not None:  # fail before TRL loads the model
+            _check_loss_type(config.loss_type)
         super().__init__(*args, **kwargs)
         loss_type = self.loss_type
-        if loss_type not in fulcrum_ba.RULES and loss_type not in TRL_LOSS_TYPES:
-            raise ValueError(
-                f"loss_type: unknown loss type {loss_type!r}\nvalid loss types: fulcrum rules "
-                f"{', '.join(fulcrum_ba.RULES)}; TRL's {', '.join(TRL_LOSS_TYPES)}"
-            )
+        _check_loss_type(loss_type)
         self.fulcrum_rule = loss_type if loss_type in fulcrum_ba.RULES else None
         self.fulcrum_ba_count = ba_count
         if self.fulcrum_rule is not None:
@@ -95,7 +101,9 @@ class GRPOTrainer(trl.GRPOTrainer):
         lengths = self.accelerator.gather(mask.sum(dim=1)).tolist()
         advantages = out["advantages"]
         if advantages.dim() != 1:
-            raise ValueError("advantages: fulcrum rules need one advantage per completion, got per-token advantages")
+            raise ValueError(
+                "advantages: fulcrum rules need one advantage per completion, got per-token advantages"
+            )
         all_advantages = self.accelerator.gather(advantages).tolist()
         num_generations = self.num_generations if mode == "train" else self.num_generations_eval
         groups = [i // num_generations for i in range(len(all_advantages))]
@@ -109,7 +117,10 @@ class GRPOTrainer(trl.GRPOTrainer):
         )
         self._log_diagnostics(mode, report)
         if self.fulcrum_rule is not None:
-            local = slice(self.accelerator.process_index * len(advantages), (self.accelerator.process_index + 1) * len(advantages))
+            local = slice(
+                self.accelerator.process_index * len(advantages),
+                (self.accelerator.process_index + 1) * len(advantages),
+            )
             w = torch.tensor(report["rules"][self.fulcrum_rule]["weights"][local], dtype=torch.float64)
             n_tokens = float(out["num_items_in_batch"])
             scale = (w * n_tokens).to(device=advantages.device, dtype=advantages.dtype)
@@ -121,7 +132,9 @@ class GRPOTrainer(trl.GRPOTrainer):
         whose advantage TRL sets to 0, count as 0."""
         per_func = self._fulcrum_rewards_per_func
         if per_func is None or per_func.shape[0] != n:
-            raise ValueError(f"rewards: expected {n} gathered rewards from TRL, got {None if per_func is None else per_func.shape[0]}")
+            raise ValueError(
+                f"rewards: expected {n} gathered rewards from TRL, got {None if per_func is None else per_func.shape[0]}"
+            )
         weights = self.reward_weights.to(per_func.device).unsqueeze(0)
         rewards = (per_func * weights).nansum(dim=1)
         rewards[torch.isnan(per_func).all(dim=1)] = 0.0

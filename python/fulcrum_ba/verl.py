@@ -42,17 +42,19 @@ DEFAULT_ESTIMATORS = ("ba", "ba-batch", "token-group")
 
 def make_estimator(rule, ba_count="group", l_norm=None):
     """A verl advantage estimator that trains `rule` under `loss_agg_mode=token-mean`."""
-    if rule not in fulcrum_ba.RULES:
-        raise ValueError(f"rule: unknown rule {rule!r}\nvalid rules: {', '.join(fulcrum_ba.RULES)}")
-    if ba_count not in fulcrum_ba.BA_COUNTS:
-        raise ValueError(f"ba_count: unknown ba count {ba_count!r}\nvalid ba counts: {', '.join(fulcrum_ba.BA_COUNTS)}")
+    fulcrum_ba.check_name("rule", rule)
+    fulcrum_ba.check_name("ba_count", ba_count)
     if rule == "drgrpo" and l_norm is None:
-        raise ValueError("l_norm: drgrpo needs the maximum response length of your config (data.max_response_length)")
+        raise ValueError(
+            "l_norm: drgrpo needs the maximum response length of your config (data.max_response_length)"
+        )
 
     def estimator(token_level_rewards, response_mask, index=None, config=None, **_):
         """Folded advantages `A * w * T`, shape `(bs, response_length)`, twice (advantages, returns)."""
         if index is None:
-            raise ValueError("index: the rule needs each response's group id (verl passes data.non_tensor_batch['uid'])")
+            raise ValueError(
+                "index: the rule needs each response's group id (verl passes data.non_tensor_batch['uid'])"
+            )
         scores = token_level_rewards.sum(dim=-1)
         lengths = response_mask.sum(dim=-1)
         by_std = True if config is None else bool(config.get("norm_adv_by_std_in_grpo", True))

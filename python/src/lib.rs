@@ -112,11 +112,26 @@ fn analyze_json(
         .map_err(|e| value_error(format!("analyze: {e}")))
 }
 
+/// Checks a name of one of the closed sets, `what` being the argument: `rule`, `ba_count` or
+/// `estimator`. The error is the one `weights` and `advantages` raise for it.
+#[pyfunction]
+fn check_name(what: &str, name: &str) -> PyResult<()> {
+    match what {
+        "rule" => parse::<Rule>(what, name).map(|_| ()),
+        "ba_count" => parse::<BaCount>(what, name).map(|_| ()),
+        "estimator" => parse::<Estimator>(what, name).map(|_| ()),
+        _ => Err(value_error(format!(
+            "what: expected rule, ba_count or estimator, got {what:?}"
+        ))),
+    }
+}
+
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(weights, m)?)?;
     m.add_function(wrap_pyfunction!(advantages, m)?)?;
     m.add_function(wrap_pyfunction!(analyze_json, m)?)?;
+    m.add_function(wrap_pyfunction!(check_name, m)?)?;
     let rules: Vec<&str> = Rule::ALL.iter().map(|r| r.name()).collect();
     let estimators: Vec<&str> = Estimator::ALL.iter().map(|e| e.name()).collect();
     let ba_counts: Vec<&str> = BaCount::ALL.iter().map(|c| c.name()).collect();

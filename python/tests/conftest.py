@@ -33,7 +33,9 @@ def require(module):
 
 def fulcrum_cli():
     """The `fulcrum` binary: $FULCRUM_BIN, else target/debug or target/release of the checkout."""
-    candidates = [os.environ.get("FULCRUM_BIN")] + [str(REPO / "target" / p / "fulcrum") for p in ("debug", "release")]
+    candidates = [os.environ.get("FULCRUM_BIN")] + [
+        str(REPO / "target" / p / "fulcrum") for p in ("debug", "release")
+    ]
     for c in candidates:
         if c and Path(c).is_file() and os.access(c, os.X_OK):
             probe = subprocess.run([c, "--help"], capture_output=True)

@@ -5,10 +5,9 @@ import json
 import math
 import subprocess
 
+import fulcrum_ba
 import numpy as np
 import pytest
-
-import fulcrum_ba
 from conftest import SPEC_VECTORS, fulcrum_cli, random_batch
 
 
@@ -38,7 +37,9 @@ def test_every_spec_vector_is_reproduced():
         assert all(close(g, w, tol) for g, w in zip(adv, want["advantages"], strict=True)), case["name"]
         for key, expected in want["rules"].items():
             rule, _, count = key.partition("/")
-            w = fulcrum_ba.weights(groups, adv, lengths, rule=rule, ba_count=count or "group", l_norm=case["l_norm"])
+            w = fulcrum_ba.weights(
+                groups, adv, lengths, rule=rule, ba_count=count or "group", l_norm=case["l_norm"]
+            )
             assert len(w) == len(expected["weights"])
             for i, (g, e) in enumerate(zip(w, expected["weights"])):
                 assert close(g, e, tol), f"{case['name']} {key} w[{i}]: got {g!r}, want {e!r}"
@@ -54,7 +55,12 @@ def test_weights_and_analyze_equal_the_cli_on_random_batches(tmp_path, seed):
     rng = random.Random(seed)
     groups, rewards, lengths = random_batch(rng, string_ids=seed % 2 == 1, binary=seed % 3 != 2)
     path = tmp_path / "rollouts.jsonl"
-    path.write_text("".join(json.dumps({"group": g, "reward": r, "length": l}) + "\n" for g, r, l in zip(groups, rewards, lengths)))
+    path.write_text(
+        "".join(
+            json.dumps({"group": g, "reward": r, "length": n}) + "\n"
+            for g, r, n in zip(groups, rewards, lengths)
+        )
+    )
     ba_count = ("group", "signed")[seed % 2]
     l_norm = None if seed < 3 else 512.0
     args = [cli, "analyze", str(path), "--json", "--ba-count", ba_count]
@@ -72,7 +78,9 @@ def test_weights_and_analyze_equal_the_cli_on_random_batches(tmp_path, seed):
     for rule in fulcrum_ba.RULES:
         if as_arrays:
             ids = np.array(groups) if isinstance(groups[0], str) else np.array(groups, dtype=np.int64)
-            w = fulcrum_ba.weights(ids, np.array(adv), np.array(lengths), rule=rule, ba_count=ba_count, l_norm=l_norm)
+            w = fulcrum_ba.weights(
+                ids, np.array(adv), np.array(lengths), rule=rule, ba_count=ba_count, l_norm=l_norm
+            )
         else:
             w = fulcrum_ba.weights(groups, adv, lengths, rule=rule, ba_count=ba_count, l_norm=l_norm)
         assert w == from_cli["rules"][rule]["weights"], rule
@@ -118,21 +126,65 @@ def test_lengths_may_be_integral_floats_and_tensors():
 @pytest.mark.parametrize(
     "call, message",
     [
-        (lambda: fulcrum_ba.weights([0, 0], [1.0, -1.0], [3, 4], rule="ba_batch"), 'rule: unknown rule "ba_batch"\nvalid rules: token, token-group, seq, seq-sum, drgrpo, ba, ba-batch (did you mean ba-batch?)'),
-        (lambda: fulcrum_ba.weights([0, 0], [1.0, -1.0], [3, 4], ba_count="halves"), "ba_count: unknown ba count \"halves\"\nvalid ba counts: group, signed"),
-        (lambda: fulcrum_ba.advantages([0, 0], [1, 0], estimator="ppo"), "estimator: unknown advantage estimator \"ppo\"\nvalid advantage estimators: grpo, mean, rloo, opo (did you mean opo?)"),
-        (lambda: fulcrum_ba.weights([0, 0], [1.0, -1.0], [3]), "lengths: expected 2 entries (one per response), got 1"),
-        (lambda: fulcrum_ba.weights([0, 0, 0], [1.0, -1.0], [3, 4, 5]), "advantages: expected 3 entries (one per response), got 2"),
-        (lambda: fulcrum_ba.weights([0, 0], [1.0, float("nan")], [3, 4]), "advantages[1]: value NaN is not finite"),
+        (
+            lambda: fulcrum_ba.weights([0, 0], [1.0, -1.0], [3, 4], rule="ba_batch"),
+            'rule: unknown rule "ba_batch"\nvalid rules: token, token-group, seq, seq-sum, drgrpo, ba, ba-batch (did you mean ba-batch?)',
+        ),
+        (
+            lambda: fulcrum_ba.weights([0, 0], [1.0, -1.0], [3, 4], ba_count="halves"),
+            'ba_count: unknown ba count "halves"\nvalid ba counts: group, signed',
+        ),
+        (
+            lambda: fulcrum_ba.advantages([0, 0], [1, 0], estimator="ppo"),
+            'estimator: unknown advantage estimator "ppo"\nvalid advantage estimators: grpo, mean, rloo, opo (did you mean opo?)',
+        ),
+        (
+            lambda: fulcrum_ba.weights([0, 0], [1.0, -1.0], [3]),
+            "lengths: expected 2 entries (one per response), got 1",
+        ),
+        (
+            lambda: fulcrum_ba.weights([0, 0, 0], [1.0, -1.0], [3, 4, 5]),
+            "advantages: expected 3 entries (one per response), got 2",
+        ),
+        (
+            lambda: fulcrum_ba.weights([0, 0], [1.0, float("nan")], [3, 4]),
+            "advantages[1]: value NaN is not finite",
+        ),
         (lambda: fulcrum_ba.advantages([0, 0], [1.0, float("inf")]), "rewards[1]: value inf is not finite"),
         (lambda: fulcrum_ba.weights([0, 0], [1.0, -1.0], [3, -4]), "lengths[1]: negative length -4"),
-        (lambda: fulcrum_ba.weights([0, 0], [1.0, -1.0], [3, 4.5]), "lengths[1]: expected an integer token count, got 4.5"),
-        (lambda: fulcrum_ba.weights([0, 0.5], [1.0, -1.0], [3, 4]), "group_ids[1]: expected an int or str group id, got float"),
-        (lambda: fulcrum_ba.weights([0, 0], [1.0, "x"], [3, 4]), "advantages[1]: expected a number, got a str"),
-        (lambda: fulcrum_ba.weights([0, 0], [1.0, -1.0], [3, 4], rule="drgrpo", l_norm=0.0), "l_norm: must be a finite number > 0, got 0"),
-        (lambda: fulcrum_ba.weights("ab", [1.0, -1.0], [3, 4]), "group_ids: expected a sequence (list or array), got a str"),
-        (lambda: fulcrum_ba.analyze([0, 0], [1, 0], [3, 4], advantages=[1.0]), "advantages: expected 2 entries (one per response), got 1"),
-        (lambda: fulcrum_ba.advantages([0, 0], [1, 0], estimator="opo"), "lengths: estimator opo weights the baseline by length, so lengths are required"),
+        (
+            lambda: fulcrum_ba.weights([0, 0], [1.0, -1.0], [3, 4.5]),
+            "lengths[1]: expected an integer token count, got 4.5",
+        ),
+        (
+            lambda: fulcrum_ba.weights([0, 0.5], [1.0, -1.0], [3, 4]),
+            "group_ids[1]: expected an int or str group id, got float",
+        ),
+        (
+            lambda: fulcrum_ba.weights([0, 0], [1.0, "x"], [3, 4]),
+            "advantages[1]: expected a number, got a str",
+        ),
+        (
+            lambda: fulcrum_ba.weights([0, 0], [1.0, -1.0], [3, 4], rule="drgrpo", l_norm=0.0),
+            "l_norm: must be a finite number > 0, got 0",
+        ),
+        (
+            lambda: fulcrum_ba.weights("ab", [1.0, -1.0], [3, 4]),
+            "group_ids: expected a sequence (list or array), got a str",
+        ),
+        (
+            lambda: fulcrum_ba.analyze([0, 0], [1, 0], [3, 4], advantages=[1.0]),
+            "advantages: expected 2 entries (one per response), got 1",
+        ),
+        (
+            lambda: fulcrum_ba.advantages([0, 0], [1, 0], estimator="opo"),
+            "lengths: estimator opo weights the baseline by length, so lengths are required",
+        ),
+        (
+            lambda: fulcrum_ba.check_name("rule", "bba"),
+            'rule: unknown rule "bba"\nvalid rules: token, token-group, seq, seq-sum, drgrpo, ba, ba-batch'
+            " (did you mean ba?)",
+        ),
     ],
 )
 def test_bad_input_is_a_value_error_naming_the_argument(call, message):

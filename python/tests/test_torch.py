@@ -3,9 +3,8 @@
 import json
 import random
 
-import pytest
-
 import fulcrum_ba
+import pytest
 from conftest import SPEC_VECTORS, random_batch
 
 torch = pytest.importorskip("torch")
@@ -25,11 +24,13 @@ def test_reproduces_the_spec_losses():
         token_loss, lengths = case["expected"]["token_loss"], case["lengths"]
         width = max(max(lengths), 1)
         loss_mat = padded(token_loss, width, value=float("nan"))  # padding is never read
-        mask = padded([[1.0] * l for l in lengths], width)
+        mask = padded([[1.0] * n for n in lengths], width)
         adv = case["expected"]["advantages"]
         for key, expected in case["expected"]["rules"].items():
             rule, _, count = key.partition("/")
-            w = fulcrum_ba.weights(case["groups"], adv, lengths, rule=rule, ba_count=count or "group", l_norm=case["l_norm"])
+            w = fulcrum_ba.weights(
+                case["groups"], adv, lengths, rule=rule, ba_count=count or "group", l_norm=case["l_norm"]
+            )
             got = agg_loss(loss_mat, mask, w).item()
             # float32 accumulation: the spec's 1e-9 is for f64. Positive and negative terms
             # cancel, so the error is relative to the sum of their magnitudes.
@@ -109,11 +110,23 @@ def test_on_gpu_when_there_is_one():
 @pytest.mark.parametrize(
     "args, message",
     [
-        ((torch.zeros(3), torch.zeros(3), [1.0] * 3), "loss_mat: expected a [batch, tokens] tensor, got a 1-d tensor"),
-        ((torch.zeros(2, 3), torch.zeros(2, 4), [1.0] * 2), "loss_mask: expected a tensor of loss_mat's shape (2, 3), got (2, 4)"),
-        ((torch.zeros(2, 3), torch.zeros(2, 3), [1.0] * 3), "weights: expected 2 entries (one per row of loss_mat), got shape (3,)"),
+        (
+            (torch.zeros(3), torch.zeros(3), [1.0] * 3),
+            "loss_mat: expected a [batch, tokens] tensor, got a 1-d tensor",
+        ),
+        (
+            (torch.zeros(2, 3), torch.zeros(2, 4), [1.0] * 2),
+            "loss_mask: expected a tensor of loss_mat's shape (2, 3), got (2, 4)",
+        ),
+        (
+            (torch.zeros(2, 3), torch.zeros(2, 3), [1.0] * 3),
+            "weights: expected 2 entries (one per row of loss_mat), got shape (3,)",
+        ),
         ((torch.zeros(2, 3), torch.zeros(2, 3), [1.0, float("nan")]), "weights[1]: value nan is not finite"),
-        ((torch.zeros(2, 3), torch.zeros(2, 3), ["a", "b"]), "weights: expected one number per row of loss_mat"),
+        (
+            (torch.zeros(2, 3), torch.zeros(2, 3), ["a", "b"]),
+            "weights: expected one number per row of loss_mat",
+        ),
     ],
 )
 def test_bad_input_is_a_value_error_naming_the_argument(args, message):

@@ -6,9 +6,8 @@ import math
 import sys
 import tempfile
 
-import pytest
-
 import fulcrum_ba
+import pytest
 from conftest import REPO, require
 
 torch = require("torch")
@@ -47,13 +46,17 @@ class Recording(GRPOTrainer):
 
         class Grads(transformers.TrainerCallback):
             def on_pre_optimizer_step(self, args, state, control, **kw):
-                trainer.grads.append({n: p.grad.detach().clone() for n, p in trainer.model.named_parameters()})
+                trainer.grads.append(
+                    {n: p.grad.detach().clone() for n, p in trainer.model.named_parameters()}
+                )
 
         self.add_callback(Grads())
 
     def _generate_and_score_completions(self, inputs):
         out = super()._generate_and_score_completions(inputs)
-        self.batches.append({k: out[k].detach().clone() for k in ("completion_ids", "completion_mask", "advantages")})
+        self.batches.append(
+            {k: out[k].detach().clone() for k in ("completion_ids", "completion_mask", "advantages")}
+        )
         return out
 
     def _log_diagnostics(self, mode, report):
@@ -71,16 +74,37 @@ def train(model_dir, loss_type, ga=1, steps=1, optim="sgd", lr=0.5, **kw):
     tok = transformers.AutoTokenizer.from_pretrained(model_dir)
     model = transformers.AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     args = trl.GRPOConfig(
-        output_dir=tempfile.mkdtemp(), per_device_train_batch_size=GENERATION_BATCH // ga,
-        gradient_accumulation_steps=ga, num_generations=NUM_GENERATIONS, max_completion_length=24,
-        temperature=1.0, top_p=1.0, top_k=0, learning_rate=lr, optim=optim, weight_decay=0.0,
-        max_grad_norm=0.0, lr_scheduler_type="constant", beta=0.0, num_iterations=1,
-        loss_type=loss_type, max_steps=steps, use_cpu=True, bf16=False, fp16=False,
-        report_to="none", save_strategy="no", logging_steps=1, seed=0, disable_tqdm=True,
+        output_dir=tempfile.mkdtemp(),
+        per_device_train_batch_size=GENERATION_BATCH // ga,
+        gradient_accumulation_steps=ga,
+        num_generations=NUM_GENERATIONS,
+        max_completion_length=24,
+        temperature=1.0,
+        top_p=1.0,
+        top_k=0,
+        learning_rate=lr,
+        optim=optim,
+        weight_decay=0.0,
+        max_grad_norm=0.0,
+        lr_scheduler_type="constant",
+        beta=0.0,
+        num_iterations=1,
+        loss_type=loss_type,
+        max_steps=steps,
+        use_cpu=True,
+        bf16=False,
+        fp16=False,
+        report_to="none",
+        save_strategy="no",
+        logging_steps=1,
+        seed=0,
+        disable_tqdm=True,
         shuffle_dataset=False,
     )
     data = datasets.Dataset.from_dict({"prompt": digit_prompts(8 * (steps + 1))})
-    trainer = Recording(model=model, reward_funcs=[parity_reward], args=args, train_dataset=data, processing_class=tok, **kw)
+    trainer = Recording(
+        model=model, reward_funcs=[parity_reward], args=args, train_dataset=data, processing_class=tok, **kw
+    )
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
     trainer.train()
     after = {n: p.detach().clone() for n, p in model.named_parameters()}
@@ -103,7 +127,13 @@ def test_two_steps_per_rule_train_and_log_the_diagnostics(model_dir, rule):
     assert rel_diff(before, after) > 0
     logs = [h for h in trainer.state.log_history if "mass_ratio/ba" in h]
     assert len(logs) == 2
-    for key in ("len/mean", "len/cv", "groups/mixed", "len_weight_corr/token", *(f"mass_ratio/{r}" for r in fulcrum_ba.RULES)):
+    for key in (
+        "len/mean",
+        "len/cv",
+        "groups/mixed",
+        "len_weight_corr/token",
+        *(f"mass_ratio/{r}" for r in fulcrum_ba.RULES),
+    ):
         assert key in logs[0], key
     assert logs[0]["len/mean"] > 0
     if logs[0]["mass_ratio/ba"] is not None:
@@ -139,7 +169,9 @@ def test_update_does_not_depend_on_gradient_accumulation(model_dir, rule):
     one, _, p1 = train(model_dir, rule, ga=1)
     four, _, p4 = train(model_dir, rule, ga=4)
     # The same generation batch in both runs (same seed, same prompts, one generate call).
-    torch.testing.assert_close(one.batches[0]["completion_ids"], four.batches[0]["completion_ids"], rtol=0, atol=0)
+    torch.testing.assert_close(
+        one.batches[0]["completion_ids"], four.batches[0]["completion_ids"], rtol=0, atol=0
+    )
     assert len(one.losses) == 1 and len(four.losses) == 4
     grad = rel_diff(one.grads[0], four.grads[0])
     params = rel_diff(p1, p4)
@@ -154,7 +186,9 @@ def test_trl_bnpo_normalises_per_micro_batch_and_depends_on_it(model_dir):
     for loss_type in ("bnpo", "dapo"):
         one, _, _ = train(model_dir, loss_type, ga=1)
         four, _, _ = train(model_dir, loss_type, ga=4)
-        torch.testing.assert_close(one.batches[0]["completion_ids"], four.batches[0]["completion_ids"], rtol=0, atol=0)
+        torch.testing.assert_close(
+            one.batches[0]["completion_ids"], four.batches[0]["completion_ids"], rtol=0, atol=0
+        )
         figures[loss_type] = rel_diff(one.grads[0], four.grads[0])
     print(f"\nTRL's own loss types, gradient rel diff GA1 vs GA4: {figures}")
     assert figures["bnpo"] > 1e-3
@@ -169,7 +203,7 @@ def test_token_rule_is_trls_dapo(model_dir):
 
 
 def test_unknown_loss_type_and_ba_count_are_value_errors(model_dir):
-    with pytest.raises(ValueError, match="loss_type: unknown loss type 'ba_batch'"):
+    with pytest.raises(ValueError, match='loss_type: unknown loss type "ba_batch"'):
         train(model_dir, "ba_batch", steps=0)
-    with pytest.raises(ValueError, match="ba_count: unknown ba count 'signd'"):
+    with pytest.raises(ValueError, match='ba_count: unknown ba count "signd"'):
         train(model_dir, "ba", steps=0, ba_count="signd")
