@@ -26,7 +26,9 @@ if [[ ! -f $STAMP ]]; then
     touch "$STAMP"
 fi
 "$VENV/bin/python" -c 'import torch' # the .pth must reach the project's torch
-"$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --force-reinstall --no-deps ./python
+# An empty RUSTFLAGS replaces .cargo/config.toml's rustflags (the rpath to the project's libtorch,
+# which the extension does not use) for the wheel's build only.
+RUSTFLAGS="" "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --force-reinstall --no-deps ./python
 # Offline: the tests build their model locally and must never reach for a hub.
-HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 FULCRUM_BA_STRICT=1 FULCRUM_BIN="$PWD/target/debug/fulcrum" \
+HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 FULCRUM_BA_STRICT=1 FULCRUM_BIN="${CARGO_TARGET_DIR:-$PWD/target}/debug/fulcrum" \
     "$VENV/bin/python" -m pytest python/tests -q -p no:cacheprovider -W ignore::FutureWarning "$@"

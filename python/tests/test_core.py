@@ -208,3 +208,17 @@ def test_large_batch_is_fast_enough(rng):
     elapsed = time.perf_counter() - t0
     assert len(w) == 32768 and all(x >= 0 for x in w)
     assert elapsed < 1.0, f"weights of 32k responses took {elapsed:.3f} s"
+
+
+def test_the_extension_is_abi3_and_links_neither_libtorch_nor_libpython():
+    import re
+    import shutil
+
+    so = fulcrum_ba._core.__file__
+    assert so.endswith(".abi3.so"), so
+    if shutil.which("readelf") is None:
+        pytest.skip("readelf (binutils) is not installed")
+    dynamic = subprocess.run(["readelf", "-d", so], capture_output=True, text=True, check=True).stdout
+    needed = re.findall(r"\(NEEDED\)\s+Shared library: \[(.+?)\]", dynamic)
+    assert needed, dynamic
+    assert not [n for n in needed if "torch" in n or "python" in n or n.startswith("libc10")], needed
