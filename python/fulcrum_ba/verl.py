@@ -23,7 +23,8 @@ prescribes for regularisers.
 
 Limits: use `loss_agg_mode=token-mean` (the default) and `policy_loss.loss_mode=vanilla`; other
 policy losses (gspo, clip_cov, kl_cov, ...) aggregate their own way or depend on the magnitude of
-`A`. verl logs the folded advantages, so `critic/advantages/*` read `A * w * T`.
+`A`. verl logs the folded advantages, so `critic/advantages/*` read `A * w * T`. The advantages
+are fulcrum's: a group of one response gets `A = 0`, where verl's `grpo` gives it `A = R`.
 
 verl imports this module in every process at `import verl` through the package's `verl.plugins`
 entry point; where plugins are turned off (`VERL_USE_EXTERNAL_PLUGINS=none`), set
