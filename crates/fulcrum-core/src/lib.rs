@@ -10,7 +10,8 @@
 //! - [`diagnostics`]: the length, group-mix and per-rule mass diagnostics of the spec;
 //! - [`stats`]: the few small statistics the rest needs;
 //! - [`names`]: the closed sets' one spelling ([`closed_set!`]), with "did you mean" errors;
-//! - [`rng`]: SplitMix64 and the seed derivations every crate of fulcrum draws from.
+//! - [`rng`]: SplitMix64 and the seed derivations every crate of fulcrum draws from;
+//! - [`analysis`]: the `fulcrum analyze --json` document, shared with the Python package.
 //!
 //! It has no tensor library and no micro-batch type: weights are a function of the whole batch,
 //! so a loss that depends on how the batch was split cannot be written with this API.
@@ -32,6 +33,7 @@
 //! ```
 
 pub mod advantages;
+pub mod analysis;
 mod batch;
 pub mod diagnostics;
 mod error;
@@ -46,6 +48,7 @@ pub mod stats;
 pub use serde as __serde;
 
 pub use advantages::Estimator;
+pub use analysis::AnalysisReport;
 pub use batch::StepBatch;
 pub use diagnostics::{Diagnostics, LengthDiagnostics, RuleMass};
 pub use error::CoreError;

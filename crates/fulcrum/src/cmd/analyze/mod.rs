@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{Context, Result};
-use fulcrum_core::{advantages, BaCount, Diagnostics, Estimator, RuleParams, StepBatch};
+use fulcrum_core::{advantages, analysis, BaCount, Diagnostics, Estimator, RuleParams, StepBatch};
 
 /// Flags of `fulcrum analyze`.
 #[derive(Debug, clap::Args)]
@@ -68,10 +68,11 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let rollouts = input::read(&args.file, &keys)?;
     let shown = args.file.display();
 
-    let max_len = rollouts.lengths.iter().copied().max().unwrap_or(0);
     let params = RuleParams {
         ba_count: args.ba_count,
-        l_norm: args.l_norm.unwrap_or(max_len.max(1) as f64),
+        l_norm: args
+            .l_norm
+            .unwrap_or_else(|| analysis::default_l_norm(&rollouts.lengths)),
     };
     params.validate().context("--l-norm")?;
 

@@ -4,31 +4,13 @@
 use std::fmt::Write;
 
 use anyhow::Result;
-use fulcrum_core::{Diagnostics, Rule, RuleParams, StepBatch};
-use serde_json::{json, Map, Value};
+use fulcrum_core::{AnalysisReport, Diagnostics, Rule, RuleParams, StepBatch};
 
 /// `{advantages, rules: {NAME: {weights, mass_pos, mass_neg, mass_ratio, len_weight_corr}},
-/// diagnostics: {...}}`; undefined values are `null`.
+/// diagnostics: {...}}` ([`AnalysisReport`], shared with the Python package); undefined values
+/// are `null`.
 pub fn json(advantages: &[f64], diag: &Diagnostics) -> Result<String> {
-    let mut rules = Map::new();
-    for r in &diag.rules {
-        rules.insert(
-            r.rule.name().to_string(),
-            json!({
-                "weights": r.weights,
-                "mass_pos": r.mass.mass_pos,
-                "mass_neg": r.mass.mass_neg,
-                "mass_ratio": r.mass.mass_ratio,
-                "len_weight_corr": r.mass.len_weight_corr,
-            }),
-        );
-    }
-    let doc = json!({
-        "advantages": advantages,
-        "rules": Value::Object(rules),
-        "diagnostics": serde_json::to_value(&diag.lengths)?,
-    });
-    Ok(serde_json::to_string(&doc)? + "\n")
+    Ok(serde_json::to_string(&AnalysisReport::new(advantages, diag))? + "\n")
 }
 
 fn num(x: f64) -> String {
