@@ -8,8 +8,9 @@
 //! Modules, in the order of one step (design.md):
 //! - `config/`: the one `Config` (`mod.rs`: keys and defaults; `load.rs`: file, overrides,
 //!   TOML; `validate.rs`: ranges);
-//! - `run.rs`: the outer loop ([`Run`]); `warmup.rs`: the starting policy and the SFT cache;
-//!   `sft.rs`: the SFT loop; `data.rs`: the resumable prompt stream;
+//! - `run.rs`: the outer loop ([`Run`]), with `event.rs` (what it reports) and `interrupt.rs`
+//!   (SIGINT/SIGTERM: checkpoint and stop between steps); `warmup.rs`: the starting policy and
+//!   the SFT cache; `sft.rs`: the SFT loop; `data.rs`: the resumable prompt stream;
 //! - [`step`]: one GRPO step, top to bottom; [`rollout`]: sampling, scoring and the drawing of
 //!   groups (dynamic sampling); [`plan`]: the update plan (items, mini-batches); [`packing`]:
 //!   rollouts to tensors; [`loss`]: the PPO token loss and KL estimators; [`accumulate`]:
