@@ -201,6 +201,10 @@ pub struct CodeRunner {
     refused: Option<String>,
 }
 
+/// How a sandbox that failed to start for want of processes or namespaces says so (bwrap's
+/// message, and the OS error text of the built-in modes).
+const SANDBOX_EAGAIN: &str = "Resource temporarily unavailable";
+
 impl CodeRunner {
     /// A runner with the given sandbox settings and concurrency bound (at least 1).
     pub fn new(config: SandboxConfig, workers: usize) -> Self {
@@ -275,8 +279,22 @@ impl CodeRunner {
             }
             *busy += 1;
         }
-        let out =
-            run_python(&self.config, program, stdin).map_err(|e| format!("sandbox error: {e}"));
+        // A sandbox that could not even start because the kernel was short of processes or
+        // namespaces for a moment (EAGAIN, e.g. right after another program's fork bomb was
+        // killed) is started again, for up to two seconds, rather than scoring this program 0.
+        let start = std::time::Instant::now();
+        let out = loop {
+            let out =
+                run_python(&self.config, program, stdin).map_err(|e| format!("sandbox error: {e}"));
+            let transient = match &out {
+                Ok(o) => o.exit_code == Some(1) && o.stderr.contains(SANDBOX_EAGAIN),
+                Err(e) => e.contains(SANDBOX_EAGAIN),
+            };
+            if !transient || start.elapsed() > std::time::Duration::from_secs(2) {
+                break out;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        };
         if let Ok(mut busy) = self.busy.lock() {
             *busy -= 1;
         }

@@ -284,10 +284,21 @@ pub fn hostile(
     }
     reap_adopted();
     if setup().mode.is_some() {
-        let healthy = r.run_code(
-            "def f():\n    return 42\n",
-            &TestSpec::Asserts("assert f() == 42".into()),
-        );
+        // After a fork or thread bomb the kernel may still be tearing down the killed
+        // processes and their namespaces for a moment, and a new sandbox can fail with EAGAIN
+        // meanwhile; the runner must be healthy again once that is over (within 10 s).
+        let start = Instant::now();
+        let healthy = loop {
+            let h = r.run_code(
+                "def f():\n    return 42\n",
+                &TestSpec::Asserts("assert f() == 42".into()),
+            );
+            let transient = h.reason.contains("Resource temporarily unavailable");
+            if h.passed || !transient || start.elapsed() > Duration::from_secs(10) {
+                break h;
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        };
         assert!(
             healthy.passed,
             "{name}: runner unhealthy afterwards: {healthy:?}"
