@@ -89,10 +89,10 @@ impl DeviceChoice {
             }
             DeviceChoice::Auto => {
                 if tch::Cuda::is_available() {
-                    eprintln!("fulcrum: device auto -> cuda:0 (libtorch sees a CUDA device)");
+                    say_once("fulcrum: device auto -> cuda:0 (libtorch sees a CUDA device)");
                     Ok(Device::Cuda(0))
                 } else {
-                    eprintln!("fulcrum: device auto -> cpu (libtorch sees no CUDA device)");
+                    say_once("fulcrum: device auto -> cpu (libtorch sees no CUDA device)");
                     Ok(Device::Cpu)
                 }
             }
@@ -120,6 +120,17 @@ impl Dtype {
     }
 }
 
+/// Says an automatic choice on stderr, once per process: `compare` resolves the runtime of
+/// every cell (and of the cells' stored configs), which would otherwise repeat the same line.
+fn say_once(line: &str) {
+    static SAID: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+    let mut said = SAID.lock().unwrap_or_else(|p| p.into_inner());
+    if !said.iter().any(|l| l == line) {
+        eprintln!("{line}");
+        said.push(line.to_string());
+    }
+}
+
 /// A resolved device and thread count.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Runtime {
@@ -136,7 +147,7 @@ impl Runtime {
             threads
         } else {
             let n = std::thread::available_parallelism().map_or(1, |n| n.get());
-            eprintln!("fulcrum: threads 0 -> {n} (one per core)");
+            say_once(&format!("fulcrum: threads 0 -> {n} (one per core)"));
             n
         };
         tch::set_num_threads(threads as i32);

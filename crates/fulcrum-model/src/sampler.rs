@@ -104,19 +104,25 @@ pub fn sample_next(
     sampling: Sampling,
     rngs: &mut [SplitMix64],
 ) -> Result<(Tensor, Tensor)> {
-    let logits = logits.to_kind(Kind::Float);
-    // NaN or infinite logits would sample token 0 with a NaN log-probability: refuse instead,
-    // so that the trainer can skip the step with a reason.
-    if !bool::try_from(logits.isfinite().all()).unwrap_or(false) {
+    let (tokens, logp) = draw(&logits.to_kind(Kind::Float), sampling, rngs);
+    // A NaN or +inf logit makes the chosen token's log-probability NaN or -inf (the whole row's
+    // log-softmax is NaN), so checking the `[B]` chosen values finds every bad row without a
+    // pass over the `[B, V]` logits: refused, so that the trainer can skip the step with a reason.
+    if !bool::try_from(logp.isfinite().all()).unwrap_or(false) {
         return Err(ModelError::NonFiniteLogits);
     }
+    Ok((tokens, logp))
+}
+
+/// The draw of [`sample_next`], before its check: `(tokens [B], logprobs [B])`.
+fn draw(logits: &Tensor, sampling: Sampling, rngs: &mut [SplitMix64]) -> (Tensor, Tensor) {
     match sampling {
         Sampling::Greedy => {
             let tokens = logits.argmax(-1, true);
             let logp = logits
                 .log_softmax(-1, Kind::Float)
                 .gather(1, &tokens, false);
-            Ok((tokens.squeeze_dim(1), logp.squeeze_dim(1)))
+            (tokens.squeeze_dim(1), logp.squeeze_dim(1))
         }
         Sampling::Sample {
             temperature,
@@ -124,7 +130,7 @@ pub fn sample_next(
             top_p,
         } => {
             let vocab = logits.size()[1];
-            let mut scaled = &logits / temperature;
+            let mut scaled = logits / temperature;
             if let Some(k) = top_k.filter(|&k| k < vocab) {
                 let (top, _) = scaled.topk(k, -1, true, true);
                 let kth = top.narrow(1, k - 1, 1);
@@ -156,7 +162,7 @@ pub fn sample_next(
                 .sum_dim_intlist(-1, true, Kind::Int64)
                 .clamp_max(vocab - 1);
             let logp = logp_all.gather(1, &tokens, false);
-            Ok((tokens.squeeze_dim(1), logp.squeeze_dim(1)))
+            (tokens.squeeze_dim(1), logp.squeeze_dim(1))
         }
     }
 }

@@ -258,4 +258,15 @@ fn non_finite_logits_are_refused_not_sampled() {
             assert!(err.contains("non-finite logits"), "{err}");
         }
     }
+    // One bad row among good ones is found; good rows alone still sample.
+    let mut rngs = vec![fulcrum_core::SplitMix64::new(2); 2];
+    let sampling = Sampling::Sample {
+        temperature: 1.0,
+        top_k: Some(2),
+        top_p: Some(0.9),
+    };
+    let mixed = Tensor::from_slice(&[1.0f32, 2.0, 3.0, 0.0, f32::NAN, 0.0]).view([2, 3]);
+    assert!(fulcrum_model::sampler::sample_next(&mixed, sampling, &mut rngs).is_err());
+    let good = Tensor::from_slice(&[1.0f32, 2.0, 3.0, 0.0, f32::NEG_INFINITY, 0.0]).view([2, 3]);
+    assert!(fulcrum_model::sampler::sample_next(&good, sampling, &mut rngs).is_ok());
 }
