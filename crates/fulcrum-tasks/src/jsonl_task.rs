@@ -75,6 +75,10 @@ pub fn seeded_order(examples: &[Example], seed: u64, count: usize) -> Vec<Exampl
 }
 
 impl Task for JsonlTask {
+    fn unjudged(&self, reason: String) -> Score {
+        Score::from_outcome(self.reward, false, reason)
+    }
+
     fn name(&self) -> &str {
         &self.name
     }

@@ -52,6 +52,17 @@ pub trait Task: Send + Sync {
     /// Scores one response to `example`. Never fails: a problem is a zero reward with a reason.
     fn score(&self, example: &Example, response: &str) -> Score;
 
+    /// The score of a response that could not be judged (its verifier crashed): a wrong
+    /// answer's reward in the task's reward mode, never more, so that breaking the verifier
+    /// cannot pay. The default is reward 0; tasks with a reward mode give theirs.
+    fn unjudged(&self, reason: String) -> Score {
+        Score {
+            reward: 0.0,
+            correct: false,
+            reason,
+        }
+    }
+
     /// Scores many responses, in order. Tasks with code verifiers override this to run the
     /// programs concurrently in the sandbox's bounded pool; the default scores one by one.
     fn score_batch(&self, items: &[(&Example, &str)]) -> Vec<Score> {

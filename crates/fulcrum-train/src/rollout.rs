@@ -129,8 +129,9 @@ pub fn sample_and_score(
 }
 
 /// Scores a batch, surviving a verifier that panics: the batch is scored again one response
-/// at a time, and a response whose verifier panics gets reward 0 (in the task's reward mode's
-/// terms, the wrong-answer reward) with the panic as its reason; the step goes on.
+/// at a time, and a response whose verifier panics gets the task's wrong-answer score
+/// ([`Task::unjudged`]: 0, or -1 under `plus-minus`) with the panic as its reason; the step
+/// goes on.
 pub fn score_guarded(task: &dyn Task, pairs: &[(&Example, &str)]) -> Vec<Score> {
     use std::panic::{catch_unwind, AssertUnwindSafe};
     if let Ok(scores) = catch_unwind(AssertUnwindSafe(|| task.score_batch(pairs))) {
@@ -145,11 +146,7 @@ pub fn score_guarded(task: &dyn Task, pairs: &[(&Example, &str)]) -> Vec<Score> 
                     .map(|s| s.to_string())
                     .or_else(|| panic.downcast_ref::<String>().cloned())
                     .unwrap_or_else(|| "no message".into());
-                Score {
-                    reward: 0.0,
-                    correct: false,
-                    reason: format!("verifier crashed: {why}"),
-                }
+                task.unjudged(format!("verifier crashed: {why}"))
             })
         })
         .collect()
@@ -279,5 +276,19 @@ mod tests {
         assert!(scores[1]
             .reason
             .contains("verifier crashed: pathological answer"));
+    }
+
+    #[test]
+    fn a_crashed_verifier_never_pays_more_than_a_wrong_answer() -> fulcrum_tasks::Result<()> {
+        use fulcrum_tasks::{create_task, RewardMode, TaskConfig};
+        for (mode, wrong) in [(RewardMode::ZeroOne, 0.0), (RewardMode::PlusMinus, -1.0)] {
+            let task = create_task(&TaskConfig {
+                reward: mode,
+                ..TaskConfig::default()
+            })?;
+            let s = task.unjudged("verifier crashed: x".into());
+            assert_eq!((s.reward, s.correct), (wrong, false), "{mode}");
+        }
+        Ok(())
     }
 }

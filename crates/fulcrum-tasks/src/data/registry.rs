@@ -151,4 +151,7 @@ impl Task for BenchmarkTask {
     fn score_batch(&self, items: &[(&Example, &str)]) -> Vec<Score> {
         self.inner.score_batch(items)
     }
+    fn unjudged(&self, reason: String) -> Score {
+        self.inner.unjudged(reason)
+    }
 }

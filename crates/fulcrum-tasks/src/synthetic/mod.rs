@@ -110,6 +110,10 @@ impl SyntheticTask {
 }
 
 impl Task for SyntheticTask {
+    fn unjudged(&self, reason: String) -> Score {
+        Score::from_outcome(self.reward, false, reason)
+    }
+
     fn name(&self) -> &str {
         self.family.name()
     }
