@@ -121,6 +121,7 @@ fn sample_secs(
     seed: u64,
 ) -> anyhow::Result<(f64, usize)> {
     let req = SampleRequest {
+        first_prompt: 0,
         prompts,
         samples_per_prompt: g,
         max_new_tokens: new_tokens,

@@ -126,7 +126,8 @@ fn main() -> Result<()> {
     if !Path::new(model_dir).join("model.safetensors").exists() {
         bail!("{model_dir} is not the bench model folder (run bench/trl_grpo_step.py --build)");
     }
-    let opt = new_optimizer(&cfg, &model);
+    let opt = new_optimizer(&cfg, &model).into();
+    let mut ranks = fulcrum_train::ranks::Ranks::single();
     let mut policy = Policy {
         model,
         opt,
@@ -143,7 +144,16 @@ fn main() -> Result<()> {
     let (mut tokens, mut reward) = (0f64, 0f64);
     for step in 0..warmup + steps {
         let t0 = std::time::Instant::now();
-        let report = grpo_step(&mut policy, &DigitSum, &cfg, step, &mut data, cfg.optim.lr)?;
+        let report = grpo_step(
+            &mut fulcrum_train::engine::RolloutEngine::Native,
+            &mut policy,
+            &mut ranks,
+            &DigitSum,
+            &cfg,
+            step,
+            &mut data,
+            cfg.optim.lr,
+        )?;
         let secs = t0.elapsed().as_secs_f64();
         if step < warmup {
             continue;

@@ -2,12 +2,33 @@
 #! Installs libtorch for the build: PyPI's torch==2.13.0 (the version tch 0.26 binds) into the
 #! project-local virtual environment `.venv`, and links `.venv/site` to its site-packages so that
 #! `.cargo/config.toml` can name `.venv/site/torch` without knowing the Python version.
+#! The wheel ships c10d's headers but not Gloo's, which crates/fulcrum-dist's shim also needs:
+#! they come from Debian's libgloo-dev, unpacked (no root needed) into `.venv/gloo`.
 #! Idempotent: a second run checks a stamp file and returns at once.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 TORCH_VERSION=2.13.0
 STAMP=.venv/.fulcrum-torch-$TORCH_VERSION
+
+gloo_headers() {
+    if [[ -f .venv/gloo/usr/include/gloo/rendezvous/store.h || -f /usr/include/gloo/rendezvous/store.h || -n ${FULCRUM_GLOO_INCLUDE:-} ]]; then
+        return 0
+    fi
+    echo "setup-libtorch: unpacking Debian's libgloo-dev headers into .venv/gloo (for the c10d shim)" >&2
+    local tmp
+    tmp=$(mktemp -d)
+    if ! (cd "$tmp" && apt-get download libgloo-dev >/dev/null 2>&1); then
+        rm -rf "$tmp"
+        echo "setup-libtorch: could not download libgloo-dev with apt-get: install Gloo's headers (apt-get install libgloo-dev) or point FULCRUM_GLOO_INCLUDE at a folder holding gloo/" >&2
+        exit 1
+    fi
+    mkdir -p .venv/gloo
+    dpkg-deb -x "$tmp"/libgloo-dev_*.deb .venv/gloo
+    rm -rf "$tmp"
+}
+
 if [[ -f $STAMP && -f .venv/site/torch/lib/libtorch.so ]]; then
+    gloo_headers
     exit 0
 fi
 PYTHON=${PYTHON:-python3}
@@ -23,5 +44,6 @@ if [[ $got != "$TORCH_VERSION" ]]; then
     echo "setup-libtorch: expected torch $TORCH_VERSION in .venv, got $got" >&2
     exit 1
 fi
+gloo_headers
 touch "$STAMP"
 echo "setup-libtorch: torch $got ready in .venv/site/torch" >&2

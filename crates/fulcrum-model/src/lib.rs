@@ -33,6 +33,7 @@ pub mod model;
 pub mod optim;
 pub mod runtime;
 pub mod sampler;
+pub mod save_gguf;
 pub mod spec;
 pub mod tokenizer;
 mod torch_seed;
@@ -46,10 +47,14 @@ pub use lora::{InvalidLora, LoraConfig};
 pub use model::Model;
 pub use runtime::{DeviceChoice, Dtype, Runtime};
 pub use sampler::{generate, Completion, Finish, SampleRequest, Sampling};
+pub use save_gguf::GgufDtype;
 pub use spec::ModelSpec;
 pub use tokenizer::Tokenizer;
 
-pub use checkpoint::{load_model, load_optimizer, save_model_and_optimizer};
+pub use checkpoint::{
+    load_model, load_optimizer, read_named, save_checkpoint_files, save_model_and_optimizer,
+    MASTER_FILE, OPTIMIZER_FILE,
+};
 pub use optim::{clip_grad_norm, grad_norm, grads_are_finite, AdamW, AdamWConfig, LrSchedule};
 /// libtorch bindings, re-exported so that dependants use the same `tch` (devices, kinds, tensors).
 pub use tch;

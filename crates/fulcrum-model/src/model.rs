@@ -189,6 +189,19 @@ impl Model {
         self.write_folder(dir, &lora::merged_variables(&self.vs, &self.net))
     }
 
+    /// Write a GGUF file for llama.cpp, LoRA adapters folded in, with the metadata (architecture,
+    /// tokenizer, chat template) of `template`, a GGUF file of the same model
+    /// ([`crate::save_gguf`]).
+    pub fn save_gguf(
+        &self,
+        template: &crate::save_gguf::GgufTemplate,
+        out: &Path,
+        dtype: crate::GgufDtype,
+    ) -> Result<()> {
+        let weights = lora::merged_variables(&self.vs, &self.net);
+        crate::save_gguf::write_gguf(&weights, self.config(), template, out, dtype)
+    }
+
     fn write_folder(&self, dir: &Path, weights: &[(String, Tensor)]) -> Result<()> {
         std::fs::create_dir_all(dir).map_err(|e| ModelError::io(dir, e))?;
         let config_path = dir.join("config.json");

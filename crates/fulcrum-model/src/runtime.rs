@@ -101,12 +101,16 @@ impl DeviceChoice {
 }
 
 fulcrum_core::closed_set! {
-    /// The parameter dtype (config `model.dtype`).
+    /// The training precision (config `model.dtype`).
     pub enum Dtype("dtype") {
         /// 32-bit floats, everywhere.
         F32 = "f32",
-        /// bfloat16 (on a GPU only).
+        /// Mixed precision: bf16 forward/backward (and sampling), fp32 master weights and
+        /// AdamW state; log-probabilities, the loss and the aggregation in fp32.
         Bf16 = "bf16",
+        /// bf16 parameters updated in bf16, no fp32 copy: half the memory of masters, but an
+        /// update below a bf16 ulp of its weight (lr 1e-6 on weights of order 1) is lost.
+        Bf16Pure = "bf16-pure",
     }
 }
 
@@ -115,7 +119,7 @@ impl Dtype {
     pub fn kind(self) -> Kind {
         match self {
             Dtype::F32 => Kind::Float,
-            Dtype::Bf16 => Kind::BFloat16,
+            Dtype::Bf16 | Dtype::Bf16Pure => Kind::BFloat16,
         }
     }
 }

@@ -71,8 +71,11 @@ pub struct SampleRequest {
     pub samples_per_prompt: usize,
     pub max_new_tokens: usize,
     pub sampling: Sampling,
-    /// Row (prompt p, sample g) draws from the stream seeded by (seed, p, g).
+    /// Row (prompt p, sample g) draws from the stream seeded by (seed, first_prompt + p, g).
     pub seed: u64,
+    /// The index of the first prompt in the batch it belongs to: a rank sampling its share of
+    /// a step's prompts draws the streams the whole batch would (same tokens at any rank count).
+    pub first_prompt: usize,
     /// A sampled token in this list ends its sequence (it is kept in the output).
     pub stop_token_ids: Vec<i64>,
     /// A decoded completion containing one of these ends (needs a tokenizer).
@@ -259,7 +262,11 @@ fn run(
     let mut rngs: Vec<SplitMix64> = active
         .iter()
         .map(|&r| {
-            SplitMix64::for_stream(req.seed, (r / g as usize) as u64, (r % g as usize) as u64)
+            SplitMix64::for_stream(
+                req.seed,
+                (req.first_prompt + r / g as usize) as u64,
+                (r % g as usize) as u64,
+            )
         })
         .collect();
     let mut out: Vec<Completion> = active

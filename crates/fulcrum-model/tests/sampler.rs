@@ -23,6 +23,7 @@ fn reference_ids(name: &str, key: &str) -> anyhow::Result<Vec<i64>> {
 
 fn request(prompts: Vec<Vec<i64>>, g: usize, n: usize, sampling: Sampling) -> SampleRequest {
     SampleRequest {
+        first_prompt: 0,
         prompts,
         samples_per_prompt: g,
         max_new_tokens: n,

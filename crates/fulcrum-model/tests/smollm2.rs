@@ -41,6 +41,7 @@ fn greedy(model: &Model, n: usize) -> anyhow::Result<Vec<i64>> {
         .render(&[Message::user("What is 7 times 8?")], true);
     let prompt = tok.encode(&text)?;
     let req = SampleRequest {
+        first_prompt: 0,
         prompts: vec![prompt],
         samples_per_prompt: 1,
         max_new_tokens: n,
@@ -80,5 +81,55 @@ fn smollm2_answers_seven_times_eight_and_survives_convert() -> anyhow::Result<()
     let back = Model::load_hf(&dir, Device::Cpu)?;
     assert_eq!(greedy(&back, 16)?, tokens);
     std::fs::remove_dir_all(&dir)?;
+    Ok(())
+}
+
+/// Writing the policy as GGUF (the llama.cpp weight push) and loading that file back gives the
+/// same weights: exactly in f32, to f16's precision in f16; and a file of the wrong size of
+/// model is refused naming the tensor.
+#[test]
+fn smollm2_written_as_gguf_loads_back_the_same_weights() -> anyhow::Result<()> {
+    let Some(path) = gguf_path() else {
+        return Ok(());
+    };
+    let model = Model::load_gguf(&path, Device::Cpu)?;
+    let dir = tempfile::tempdir()?;
+    let template = fulcrum_model::save_gguf::GgufTemplate::read(&path)?;
+    for (dtype, tol) in [
+        (fulcrum_model::GgufDtype::F32, 0.0),
+        (fulcrum_model::GgufDtype::F16, 1e-3),
+    ] {
+        let out = dir.path().join(format!("push-{dtype}.gguf"));
+        model.save_gguf(&template, &out, dtype)?;
+        let back = Model::load_gguf(&out, Device::Cpu)?;
+        assert_eq!(back.config(), model.config());
+        let a = model.var_store().variables();
+        let b = back.var_store().variables();
+        assert_eq!(a.len(), b.len());
+        for (name, t) in &a {
+            let u = &b[name];
+            let diff = (t - u).abs().max().double_value(&[]);
+            let scale = t.abs().max().double_value(&[]).max(1e-6);
+            assert!(
+                diff <= tol * scale,
+                "{dtype} {name}: max diff {diff} (scale {scale})"
+            );
+        }
+        assert_eq!(
+            greedy(&back, 8)?,
+            EXPECTED_FIRST_16[..8].to_vec(),
+            "{dtype}"
+        );
+    }
+    let tiny = Model::tiny(Device::Cpu, 0)?;
+    let e = tiny
+        .save_gguf(
+            &template,
+            &dir.path().join("bad.gguf"),
+            fulcrum_model::GgufDtype::F32,
+        )
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("SmolLM2") && e.contains("`"), "{e}");
     Ok(())
 }

@@ -37,6 +37,34 @@ pub struct MicroStats {
 }
 
 impl MicroStats {
+    /// The sums over every rank of a data-parallel job (the same on each).
+    pub fn summed(&self, ranks: &mut crate::ranks::Ranks) -> Result<MicroStats, TrainError> {
+        if ranks.world() == 1 {
+            return Ok(self.clone());
+        }
+        let c = self.clipped;
+        let v = ranks.sum(&[
+            self.loss,
+            self.policy_loss,
+            c[0],
+            c[1],
+            c[2],
+            self.tokens as f64,
+            self.entropy_sum,
+            self.kl_sampling_sum,
+            self.kl_ref_sum,
+        ])?;
+        Ok(MicroStats {
+            loss: v[0],
+            policy_loss: v[1],
+            clipped: [v[2], v[3], v[4]],
+            tokens: v[5] as usize,
+            entropy_sum: v[6],
+            kl_sampling_sum: v[7],
+            kl_ref_sum: v[8],
+        })
+    }
+
     pub fn add(&mut self, o: &MicroStats) {
         self.loss += o.loss;
         self.policy_loss += o.policy_loss;
@@ -98,6 +126,12 @@ pub fn backward_micro_batches(
             cfg.memory(),
         )?;
         let (token_loss, counts) = ppo_token_loss(&out.logprobs, &p, &clip);
+        // Truncated importance weights (engine rollouts with `rollout.is_cap`) scale each
+        // token's loss; they are constants, like the aggregation weights.
+        let token_loss = match &p.is_weights {
+            Some(w) => token_loss * w,
+            None => token_loss,
+        };
         let policy_loss = (&token_loss * &p.weights).sum(Kind::Float);
         let reg = &p.mask * reg_weight;
         // Terms are collected and summed out of place: an in-place update of a tensor that

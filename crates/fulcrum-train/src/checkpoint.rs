@@ -16,13 +16,13 @@ use std::fs::{self, File};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
-use fulcrum_model::optim::AdamW;
 use fulcrum_model::Model;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use sha2::{Digest, Sha256};
 
-use crate::policy::{new_optimizer, Policy};
+use crate::policy::{rl_optimizer, Optimizer, Policy};
+use crate::ranks::Ranks;
 use crate::{Config, TrainError};
 
 /// Version of the checkpoint layout; a different one is refused, never patched.
@@ -246,14 +246,35 @@ pub fn clean_leftovers(dir: &Path) -> Result<(), TrainError> {
 }
 
 /// Saves model, optimizer and the trainer's `meta` as the checkpoint `dest` (see [`write`]).
+/// With a sharded optimizer every rank must call it (the state is gathered); rank 0 writes.
 pub fn save_policy(
     dest: &Path,
     policy: &Policy,
+    ranks: &mut Ranks,
     meta: serde_json::Value,
 ) -> Result<(), TrainError> {
+    let (state, step, masters) = match &policy.opt {
+        Optimizer::Replicated(a) => {
+            let (state, step) = a.state();
+            (state, step, a.master_weights())
+        }
+        Optimizer::Sharded(z) => {
+            let (state, step) = z.full_state(ranks)?;
+            let bf16 = policy.model.net().kind() != tch::Kind::Float;
+            let masters = if bf16 {
+                Some(z.master_weights(ranks)?)
+            } else {
+                None
+            };
+            (state, step, masters)
+        }
+    };
+    if !ranks.is_main() {
+        return Ok(());
+    }
     write(dest, meta.clone(), |dir| {
-        let step = fulcrum_model::save_model_and_optimizer(dir, &policy.model, &policy.opt)?;
-        let o = &policy.opt.config;
+        fulcrum_model::save_checkpoint_files(dir, &policy.model, &state, masters.as_deref())?;
+        let o = policy.opt.config();
         let record = json!({
             "format_version": FORMAT_VERSION,
             "optimizer_step": step,
@@ -271,15 +292,17 @@ pub fn save_policy(
     Ok(())
 }
 
-/// Loads the model and the optimizer (built from `cfg`, its moments and step restored) of a
-/// verified policy checkpoint onto `device`.
+/// Loads the model and the optimizer (built from `cfg` for `ranks`, its moments, step and any
+/// fp32 master weights restored) of a verified policy checkpoint onto `device`. The state is
+/// whole in the checkpoint, so it resumes at any rank count.
 pub fn load_policy(
     dir: &Path,
     cfg: &Config,
     device: tch::Device,
-) -> Result<(Model, AdamW), TrainError> {
-    let model = fulcrum_model::load_model(dir, device)?;
-    let mut opt = new_optimizer(cfg, &model);
+    ranks: &Ranks,
+) -> Result<(Model, Optimizer), TrainError> {
+    let mut model = fulcrum_model::load_model(dir, device)?;
+    let mut opt = rl_optimizer(cfg, &mut model, ranks);
     let path = dir.join(POLICY_META);
     let text = fs::read_to_string(&path).map_err(TrainError::io(&path))?;
     let record: serde_json::Value =
@@ -300,7 +323,17 @@ pub fn load_policy(
                 format!("{POLICY_META}: optimizer_step: missing or not an integer"),
             )
         })?;
-    fulcrum_model::load_optimizer(dir, &mut opt, step)?;
+    match &mut opt {
+        Optimizer::Replicated(a) => fulcrum_model::load_optimizer(dir, a, step)?,
+        Optimizer::Sharded(z) => {
+            let path = dir.join(fulcrum_model::OPTIMIZER_FILE);
+            z.load_state(fulcrum_model::read_named(&path, device)?, step, &path)?;
+            let masters = dir.join(fulcrum_model::MASTER_FILE);
+            if masters.exists() {
+                z.load_master_weights(fulcrum_model::read_named(&masters, device)?, &masters)?;
+            }
+        }
+    }
     Ok((model, opt))
 }
 

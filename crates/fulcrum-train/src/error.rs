@@ -42,6 +42,16 @@ pub enum TrainError {
     /// The step's numbers were refused by the core maths (lengths, non-finite values).
     #[error(transparent)]
     Core(#[from] fulcrum_core::CoreError),
+    /// The rollout engines failed (none left, a request they refused, a weight push).
+    #[error(transparent)]
+    Engine(#[from] fulcrum_rollout::EngineError),
+    /// A collective of a data-parallel job failed (a rank died, hung past `dist.timeout_s`, or
+    /// could not join).
+    #[error(transparent)]
+    Dist(#[from] fulcrum_dist::DistError),
+    /// The launcher's environment (`RANK`, `WORLD_SIZE`, ...) is malformed.
+    #[error(transparent)]
+    Launch(#[from] fulcrum_dist::LaunchError),
     /// A problem of the run itself (a prompt too long, a task without demonstrations, a run
     /// directory already in use).
     #[error("{0}")]

@@ -5,6 +5,7 @@ use fulcrum_model::{Model, Sampling};
 use fulcrum_tasks::{Example, Split, Task};
 use serde::Serialize;
 
+use crate::engine::RolloutEngine;
 use crate::error::TrainError;
 use crate::rollout::{sample_and_score, Rollout, SampleSettings};
 use fulcrum_core::rng::mix;
@@ -130,13 +131,21 @@ fn sample_and_measure(
     // Chunks keep the sampler's batch (and memory) bounded on large sets.
     for (c, chunk) in examples.chunks(64).enumerate() {
         let settings = SampleSettings {
+            first_prompt: 0,
             samples_per_prompt: s.k,
             max_new_tokens: s.max_new_tokens,
             sampling,
             seed: mix(s.seed, c as u64),
             max_prompt_len: s.max_prompt_len,
         };
-        let (r, _) = sample_and_score(model, task, chunk, &settings, c * 64)?;
+        let (r, _) = sample_and_score(
+            &mut RolloutEngine::Native,
+            model,
+            task,
+            chunk,
+            &settings,
+            c * 64,
+        )?;
         rollouts.extend(r);
     }
     let secs = t0.elapsed().as_secs_f64();

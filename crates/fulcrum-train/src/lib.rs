@@ -15,7 +15,8 @@
 //!   groups (dynamic sampling); [`plan`]: the update plan (items, mini-batches); [`packing`]:
 //!   rollouts to tensors; [`loss`]: the PPO token loss and KL estimators; [`accumulate`]:
 //!   gradient accumulation over micro-batches; [`policy`]: the policy, its optimizer and the
-//!   guarded update;
+//!   guarded update; [`ranks`]: the processes of a data-parallel job (shares, gathers, the
+//!   gradient all-reduce); [`zero`]: ZeRO-1, AdamW sharded across ranks;
 //! - [`eval`]: held-out evaluation; [`checkpoint`]: atomic, checksummed checkpoint directories;
 //!   `metrics/`: [`StepMetrics`] and the JSONL streams; `run_data.rs`: [`RunData`].
 
@@ -23,25 +24,29 @@ pub mod accumulate;
 pub mod checkpoint;
 mod config;
 mod data;
+pub mod engine;
 mod error;
 pub mod eval;
 mod event;
 mod interrupt;
 pub mod loss;
 mod metrics;
+pub mod offpolicy;
 pub mod packing;
 pub mod plan;
 pub mod policy;
+pub mod ranks;
 pub mod rollout;
 mod run;
 mod run_data;
 mod sft;
 pub mod step;
 mod warmup;
+pub mod zero;
 
 pub use config::{
-    apply_override, Config, EvalConfig, ModelConfig, OptimConfig, PpoConfig, RolloutConfig,
-    ScheduleKind, SftConfig,
+    apply_override, Config, DistConfig, EvalConfig, ModelConfig, OptimConfig, PpoConfig,
+    RolloutConfig, ScheduleKind, SftConfig,
 };
 pub use data::{DataPosition, DataStream};
 pub use error::TrainError;

@@ -18,6 +18,9 @@ pub struct Packed {
     pub input_ids: Tensor,
     /// `[B, T-1]` f32: sampling-time log-probabilities on response positions.
     pub old_logprobs: Tensor,
+    /// `[B, T-1]` f32: per-token importance weights of the policy loss, when any response of
+    /// the micro-batch has them (1 elsewhere); `None`: all 1.
+    pub is_weights: Option<Tensor>,
     /// `[B, T-1]` f32: the response's advantage on its positions.
     pub advantages: Tensor,
     /// `[B, T-1]` f32: the rule's weight `w_i` on response positions.
@@ -53,6 +56,8 @@ pub fn pack(items: &[Item<'_>], device: Device) -> Packed {
     let mut adv = vec![0f32; b * t1];
     let mut w = vec![0f32; b * t1];
     let mut mask = vec![0f32; b * t1];
+    let mut is_w = vec![1f32; b * t1];
+    let any_is = items.iter().any(|it| it.rollout.is_weights.is_some());
     let mut tokens = 0;
     for (row, it) in items.iter().enumerate() {
         let r = it.rollout;
@@ -63,12 +68,17 @@ pub fn pack(items: &[Item<'_>], device: Device) -> Packed {
         if !it.active {
             continue;
         }
-        for (j, &lp) in r.old_logprobs.iter().enumerate().take(r.response_ids.len()) {
+        // The response defines the positions; its old log-probabilities may still be missing
+        // (engine rollouts before the trainer's forward fills them in) and count as 0 then.
+        for j in 0..r.response_ids.len() {
             let pos = row * t1 + p + j - 1;
-            old[pos] = lp;
+            old[pos] = r.old_logprobs.get(j).copied().unwrap_or(0.0);
             adv[pos] = it.advantage as f32;
             w[pos] = it.weight as f32;
             mask[pos] = 1.0;
+            if let Some(w) = r.is_weights.as_ref().and_then(|w| w.get(j)) {
+                is_w[pos] = *w;
+            }
             tokens += 1;
         }
     }
@@ -82,6 +92,7 @@ pub fn pack(items: &[Item<'_>], device: Device) -> Packed {
             .view([b as i64, width as i64])
             .to_device(device),
         old_logprobs: to(&old),
+        is_weights: any_is.then(|| to(&is_w)),
         advantages: to(&adv),
         weights: to(&w),
         mask: to(&mask),
@@ -98,6 +109,8 @@ pub(crate) fn test_rollout(prompt: usize, resp: usize) -> Rollout {
         prompt_ids: (1..=prompt as i64).collect(),
         response_ids: (10..10 + resp as i64).collect(),
         old_logprobs: (0..resp).map(|j| -0.5 - 0.1 * j as f32).collect(),
+        engine: None,
+        is_weights: None,
         truncated: false,
         text: String::new(),
         reward: 0.0,
@@ -111,6 +124,23 @@ mod tests {
     use super::test_rollout as rollout;
     use super::*;
     use tch::Kind;
+
+    #[test]
+    fn positions_come_from_the_response_even_before_old_logprobs_exist() {
+        // An engine rollout before the trainer's forward: tokens, no old log-probabilities.
+        let mut r = test_rollout(2, 3);
+        r.old_logprobs.clear();
+        let items = [Item {
+            rollout: &r,
+            advantage: 1.0,
+            weight: 1.0,
+            active: true,
+        }];
+        let p = pack(&items, Device::Cpu);
+        assert_eq!(p.tokens, 3);
+        let mask: Vec<f32> = Vec::try_from(p.mask.flatten(0, -1)).unwrap();
+        assert_eq!(mask, vec![0.0, 1.0, 1.0, 1.0]);
+    }
 
     #[test]
     fn packing_aligns_response_tokens_with_next_token_positions() {

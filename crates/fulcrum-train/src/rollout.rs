@@ -3,8 +3,9 @@
 //!
 //! A prompt's text is rendered with the model's chat template when it has one (pretrained chat
 //! models) and used raw otherwise (the built-in character model), encoded, and completed G
-//! times by the KV-cache sampler. Each response is decoded without its stop token and scored by
-//! the task; a verifier failure is a zero reward with a reason, never an error.
+//! times by the rollout engine: the KV-cache sampler, or engine servers sent the token ids (one
+//! request per group, seeded by the group). Each response is decoded without its stop token and
+//! scored by the task; a verifier failure is a zero reward with a reason, never an error.
 
 use std::collections::HashMap;
 
@@ -14,18 +15,28 @@ use fulcrum_tasks::{Example, Score, Task};
 
 use crate::config::Config;
 use crate::data::DataStream;
+use crate::engine::{RemoteEngine, RolloutEngine};
 use crate::error::TrainError;
+use crate::ranks::Ranks;
 
-/// One sampled and scored response, with what the update needs.
-#[derive(Debug, Clone)]
+/// One sampled and scored response, with what the update needs (serialisable: ranks of a
+/// data-parallel job exchange them).
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct Rollout {
     /// Index of its prompt (group) within the step batch.
     pub group: usize,
     pub prompt_ids: Vec<i64>,
     /// Sampled tokens, the stop token included (it is part of what the policy chose).
     pub response_ids: Vec<i64>,
-    /// Log-probabilities of `response_ids` under the sampling distribution.
+    /// Log-probabilities of `response_ids` under the policy that sampled them, as the trainer
+    /// computes them: the native sampler's own; for engine rollouts empty until the step's
+    /// trainer forward fills them (offpolicy.rs).
     pub old_logprobs: Vec<f32>,
+    /// What an inference engine said of this response, when one sampled it.
+    pub engine: Option<EngineSample>,
+    /// Per-token importance weights of the policy loss (truncated importance sampling against
+    /// engine/trainer mismatch); `None`: 1.
+    pub is_weights: Option<Vec<f32>>,
     /// The response hit `max_response_len` without stopping.
     pub truncated: bool,
     /// Decoded response (stop token left out).
@@ -33,6 +44,15 @@ pub struct Rollout {
     pub reward: f64,
     pub correct: bool,
     pub reason: String,
+}
+
+/// An engine's side of a rollout.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct EngineSample {
+    /// The engine's log-probability of each response token.
+    pub logprobs: Vec<f32>,
+    /// The weight version that sampled it (as the engine reports, else as last pushed).
+    pub weight_version: Option<u64>,
 }
 
 /// Encodes a prompt the way the model expects it.
@@ -62,42 +82,90 @@ pub struct SampleSettings {
     pub max_new_tokens: usize,
     pub sampling: Sampling,
     pub seed: u64,
+    /// Index of the first prompt within its step's draw (a rank's share starts past 0): the
+    /// sampling streams are those of the whole draw.
+    pub first_prompt: usize,
     pub max_prompt_len: usize,
 }
 
 /// Samples `samples_per_prompt` responses for each example and scores them. Groups are numbered
 /// from `first_group`. Also returns the seconds spent scoring (the rest was sampling).
 pub fn sample_and_score(
+    engine: &mut RolloutEngine,
     model: &Model,
     task: &dyn Task,
     examples: &[Example],
     s: &SampleSettings,
     first_group: usize,
 ) -> Result<(Vec<Rollout>, f64), TrainError> {
+    let prompts = encode_prompts(model, examples, s.max_prompt_len)?;
+    let (completions, engine_side) = match engine {
+        RolloutEngine::Native => {
+            let req = SampleRequest {
+                first_prompt: s.first_prompt,
+                prompts: prompts.clone(),
+                samples_per_prompt: s.samples_per_prompt,
+                max_new_tokens: s.max_new_tokens,
+                sampling: s.sampling,
+                seed: s.seed,
+                stop_token_ids: model.stop_token_ids(),
+                stop_strings: vec![],
+            };
+            let tok = model.tokenizer()?;
+            let c = fulcrum_model::generate(model.net(), &req, Some(tok))?;
+            let none = vec![None; c.len()];
+            (c, none)
+        }
+        RolloutEngine::Remote(remote) => {
+            let reqs = RemoteEngine::requests(model, &prompts, s);
+            let groups = remote.generate(&reqs)?;
+            RemoteEngine::completions(model, groups)?
+        }
+    };
+    score_completions(
+        model,
+        task,
+        examples,
+        &prompts,
+        completions,
+        engine_side,
+        first_group,
+    )
+}
+
+/// Encodes every example's prompt; one longer than `max_prompt_len` tokens is an error.
+pub fn encode_prompts(
+    model: &Model,
+    examples: &[Example],
+    max_prompt_len: usize,
+) -> Result<Vec<Vec<i64>>, TrainError> {
     let mut prompts = Vec::with_capacity(examples.len());
     for ex in examples {
         let ids = encode_prompt(model, &ex.prompt)?;
-        if ids.len() > s.max_prompt_len {
+        if ids.len() > max_prompt_len {
             return Err(TrainError::Run(format!(
                 "prompt {} has {} tokens, more than rollout.max_prompt_len = {}",
                 ex.id,
                 ids.len(),
-                s.max_prompt_len
+                max_prompt_len
             )));
         }
         prompts.push(ids);
     }
-    let req = SampleRequest {
-        prompts: prompts.clone(),
-        samples_per_prompt: s.samples_per_prompt,
-        max_new_tokens: s.max_new_tokens,
-        sampling: s.sampling,
-        seed: s.seed,
-        stop_token_ids: model.stop_token_ids(),
-        stop_strings: vec![],
-    };
-    let tok = model.tokenizer()?;
-    let completions = fulcrum_model::generate(model.net(), &req, Some(tok))?;
+    Ok(prompts)
+}
+
+/// Decodes and scores sampled completions of `examples` (prompts `prompts`), into rollouts
+/// numbered from `first_group`; also returns the seconds spent scoring.
+pub fn score_completions(
+    model: &Model,
+    task: &dyn Task,
+    examples: &[Example],
+    prompts: &[Vec<i64>],
+    completions: Vec<Completion>,
+    engine_side: Vec<Option<EngineSample>>,
+    first_group: usize,
+) -> Result<(Vec<Rollout>, f64), TrainError> {
     let texts: Vec<String> = completions
         .iter()
         .map(|c| decode_response(model, c))
@@ -112,13 +180,20 @@ pub fn sample_and_score(
     let scores = score_guarded(task, &pairs);
     let secs = t0.elapsed().as_secs_f64();
     let mut out = Vec::with_capacity(completions.len());
-    for ((c, text), score) in completions.into_iter().zip(texts).zip(scores) {
+    let rows = completions
+        .into_iter()
+        .zip(engine_side)
+        .zip(texts)
+        .zip(scores);
+    for (((c, engine), text), score) in rows {
         out.push(Rollout {
             group: first_group + c.prompt_index,
             prompt_ids: prompts[c.prompt_index].clone(),
             truncated: c.finish == Finish::Length,
             response_ids: c.tokens,
             old_logprobs: c.logprobs,
+            engine,
+            is_weights: None,
             text,
             reward: score.reward,
             correct: score.correct,
@@ -167,12 +242,18 @@ pub struct Drawn {
 /// With dynamic sampling, groups whose rewards are all equal are dropped and more prompts are
 /// drawn, up to `dynamic_sampling_max_draws` draws, until the batch is full; the batch is then
 /// cut to `prompts_per_step` groups. Draw `d` of step `s` samples with seed `mix(mix(seed, s), d)`.
+///
+/// In a data-parallel job every rank takes the same prompts from the stream, samples and scores
+/// its share of them (whole groups, numbered and seeded as in the whole draw), and the rollouts
+/// are gathered, so every rank ends with the same `Drawn` as one process would.
 pub fn draw_groups(
+    engine: &mut RolloutEngine,
     model: &Model,
     task: &dyn Task,
     cfg: &Config,
     step: u64,
     data: &mut DataStream,
+    ranks: &mut Ranks,
 ) -> Result<Drawn, TrainError> {
     let r = &cfg.rollout;
     let sampling = Sampling::Sample {
@@ -191,17 +272,59 @@ pub fn draw_groups(
         groups_dropped: 0,
         score_secs: 0.0,
     };
+    let settings = |step: u64, draw: usize| SampleSettings {
+        samples_per_prompt: r.group_size,
+        max_new_tokens: r.max_response_len,
+        sampling,
+        seed: mix(mix(cfg.seed, step), draw as u64),
+        first_prompt: 0,
+        max_prompt_len: r.max_prompt_len,
+    };
     for draw in 0..max_draws {
-        let examples = data.take(task, r.prompts_per_step)?;
-        let settings = SampleSettings {
-            samples_per_prompt: r.group_size,
-            max_new_tokens: r.max_response_len,
-            sampling,
-            seed: mix(mix(cfg.seed, step), draw as u64),
-            max_prompt_len: r.max_prompt_len,
+        // With `rollout.overlap`, the first draw was sampled during the previous update.
+        let prefetched = match engine {
+            RolloutEngine::Remote(remote) if draw == 0 => remote.take_prefetched(step)?,
+            _ => None,
         };
-        let (mut drawn, score_secs) =
-            sample_and_score(model, task, &examples, &settings, out.groups_drawn)?;
+        let (examples, (mut drawn, score_secs)) = match prefetched {
+            Some(p) => {
+                let (c, side) = RemoteEngine::completions(model, p.groups)?;
+                let scored = score_completions(
+                    model,
+                    task,
+                    &p.examples,
+                    &p.prompts,
+                    c,
+                    side,
+                    out.groups_drawn,
+                )?;
+                (p.examples, scored)
+            }
+            None => {
+                let examples = data.take(task, r.prompts_per_step)?;
+                let mine = ranks.share(examples.len());
+                let s = SampleSettings {
+                    first_prompt: mine.start,
+                    ..settings(step, draw)
+                };
+                let first_group = out.groups_drawn + mine.start;
+                let (rollouts, secs) =
+                    sample_and_score(engine, model, task, &examples[mine], &s, first_group)?;
+                (examples, (ranks.gather_rollouts(rollouts)?, secs))
+            }
+        };
+        if draw == 0 && r.overlap && step < cfg.steps {
+            if let RolloutEngine::Remote(remote) = engine {
+                // Step `step + 1`'s first draw, sampled on the weights the engines hold now
+                // while this step updates: one step off-policy.
+                let resume_at = data.position();
+                let next = data.take(task, r.prompts_per_step)?;
+                let s = settings(step + 1, 0);
+                let prompts = encode_prompts(model, &next, s.max_prompt_len)?;
+                let reqs = RemoteEngine::requests(model, &prompts, &s);
+                remote.start_prefetch(step + 1, next, prompts, reqs, resume_at)?;
+            }
+        }
         out.score_secs += score_secs;
         out.groups_drawn += examples.len();
         if r.dynamic_sampling {
@@ -276,6 +399,24 @@ mod tests {
         assert!(scores[1]
             .reason
             .contains("verifier crashed: pathological answer"));
+    }
+
+    #[test]
+    fn engine_tokens_outside_the_vocabulary_are_refused() {
+        let model = Model::tiny(tch::Device::Cpu, 0).unwrap();
+        let c = |t: i64| fulcrum_rollout::EngineCompletion {
+            tokens: vec![1, t],
+            logprobs: vec![-1.0, -1.0],
+            finish: fulcrum_rollout::FinishReason::Length,
+            weight_version: None,
+            engine: "http://e".into(),
+        };
+        let (done, side) = RemoteEngine::completions(&model, vec![vec![c(2)]]).unwrap();
+        assert_eq!(done[0].tokens, vec![1, 2]);
+        assert_eq!(side[0].as_ref().map(|e| e.logprobs.len()), Some(2));
+        let e = RemoteEngine::completions(&model, vec![vec![c(2), c(1 << 20)]]).unwrap_err();
+        assert!(e.to_string().contains("http://e") && e.to_string().contains("vocabulary"));
+        assert!(RemoteEngine::completions(&model, vec![vec![c(-1)]]).is_err());
     }
 
     #[test]

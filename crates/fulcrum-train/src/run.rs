@@ -8,7 +8,13 @@
 //! `config.toml`), the model spec, the task and the evaluation task. Everything random is derived
 //! from `(seed, step)`, so a run resumed from a checkpoint draws what the uninterrupted run drew,
 //! and its files end identical.
+//!
+//! In a data-parallel job ([`Run::create_on`], [`Run::on_ranks`]) every rank runs this loop;
+//! rank 0 alone chooses the run directory, runs the SFT warm-up (the others then load it from
+//! its cache), evaluates, and writes metrics, samples, evaluations and checkpoints; the stop
+//! after a signal is decided together, so all ranks leave at the same step.
 
+use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -23,13 +29,15 @@ use tch::Device;
 use crate::checkpoint;
 use crate::config::Config;
 use crate::data::{DataPosition, DataStream};
+use crate::engine::RolloutEngine;
 use crate::error::TrainError;
 use crate::eval::{evaluate, EvalResult, EvalSettings};
 use crate::event::Event;
 use crate::interrupt::stop_requested;
 use crate::metrics::StepMetrics;
 use crate::metrics::{truncate_after, JsonlWriter};
-use crate::policy::{new_optimizer, rl_schedule, Policy};
+use crate::policy::{rl_optimizer, rl_schedule, Policy};
+use crate::ranks::Ranks;
 use crate::step::{grpo_step, StepReport};
 use crate::warmup::{reference_model, sft_cache_dir, starting_policy};
 
@@ -61,6 +69,8 @@ pub struct Run {
     fresh: bool,
     /// Resume even when the config or the binary differs from the checkpoint's.
     force: bool,
+    /// The processes of the job (one, unless made with [`Run::create_on`] / [`Run::on_ranks`]).
+    ranks: RefCell<Ranks>,
 }
 
 /// The build that writes a checkpoint: the package version and the git commit.
@@ -77,6 +87,42 @@ impl Run {
         let path = run.dir.join("config.toml");
         fs::write(&path, run.cfg.to_toml()).map_err(TrainError::io(&path))?;
         Ok(run)
+    }
+
+    /// A new run as one rank of a data-parallel job: rank 0 chooses and creates the run
+    /// directory and tells the others.
+    pub fn create_on(cfg: &Config, mut ranks: Ranks) -> Result<Run, TrainError> {
+        if ranks.world() == 1 {
+            return Ok(Run::create(cfg)?.on_ranks(ranks));
+        }
+        check_data_parallel(cfg)?;
+        let mine = if ranks.is_main() {
+            Some(Run::create(cfg)?)
+        } else {
+            None
+        };
+        let path = mine.as_ref().map(|r| r.dir.to_string_lossy().into_owned());
+        let gathered = match ranks.group() {
+            Some(g) => g.all_gather_bytes(path.unwrap_or_default().as_bytes())?,
+            None => Vec::new(),
+        };
+        let dir = PathBuf::from(String::from_utf8_lossy(&gathered[0]).into_owned());
+        let mut run = match mine {
+            Some(r) => r,
+            None => Run::resolve(cfg, dir)?,
+        };
+        run.fresh = true;
+        Ok(run.on_ranks(ranks))
+    }
+
+    /// Runs this run as one rank of `ranks` (for resume: every rank opens the same directory).
+    pub fn on_ranks(mut self, ranks: Ranks) -> Self {
+        // On GPUs each rank trains on its own (`cuda:LOCAL_RANK`, as it joined).
+        if let Some(d @ Device::Cuda(_)) = ranks.device() {
+            self.device = d;
+        }
+        self.ranks = RefCell::new(ranks);
+        self
     }
 
     /// The run in `dir`, from its `config.toml`, for resume.
@@ -107,6 +153,7 @@ impl Run {
             eval_task,
             fresh: false,
             force: false,
+            ranks: RefCell::new(Ranks::single()),
         })
     }
 
@@ -136,6 +183,9 @@ impl Run {
     /// killed before its first checkpoint starts again from step 0, as it would have gone).
     pub fn train(&self, on: &mut dyn FnMut(Event<'_>)) -> Result<RunSummary, TrainError> {
         let t0 = Instant::now();
+        if self.ranks.borrow().world() > 1 {
+            check_data_parallel(&self.cfg)?;
+        }
         if self.fresh {
             return self.start_fresh(t0, on);
         }
@@ -144,7 +194,13 @@ impl Run {
         match checkpoint::list_steps(&ckpts)?.pop() {
             Some((step, dir)) => self.resume_from(step, &dir, t0, on),
             None => {
-                for f in STREAMS {
+                // Rank 0 owns the streams (the other ranks write nothing).
+                let streams: &[&str] = if self.ranks.borrow().is_main() {
+                    &STREAMS
+                } else {
+                    &[]
+                };
+                for f in streams {
                     let p = self.dir.join(f);
                     if p.exists() {
                         fs::remove_file(&p).map_err(TrainError::io(&p))?;
@@ -163,26 +219,31 @@ impl Run {
     ) -> Result<RunSummary, TrainError> {
         let cfg = &self.cfg;
         let tasks = (self.task.as_ref(), self.eval_task());
-        let start =
-            starting_policy(cfg, &self.model, &self.dir, tasks, self.device, on).map_err(|e| {
-                match e {
-                    TrainError::Interrupted { phase, step, .. } => TrainError::Interrupted {
-                        phase,
-                        step,
-                        hint: format!(
-                            "the warm-up was not finished, nothing of it is kept; `fulcrum train \
+        let main = self.ranks.borrow().is_main();
+        // Rank 0 warms up (or finds the cache); the others then load the cache it wrote.
+        let mut quiet = |_: Event<'_>| {};
+        let on_start: &mut dyn FnMut(Event<'_>) = if main { &mut *on } else { &mut quiet };
+        let start = self
+            .after_main(|| {
+                starting_policy(cfg, &self.model, &self.dir, tasks, self.device, on_start)
+            })
+            .map_err(|e| match e {
+                TrainError::Interrupted { phase, step, .. } => TrainError::Interrupted {
+                    phase,
+                    step,
+                    hint: format!(
+                        "the warm-up was not finished, nothing of it is kept; `fulcrum train \
                          --resume {}` starts this run again from the beginning",
-                            self.dir.display()
-                        ),
-                    },
-                    other => other,
-                }
+                        self.dir.display()
+                    ),
+                },
+                other => other,
             })?;
-        if let Some(acc) = start.sft_accuracy {
+        if let (Some(acc), true) = (start.sft_accuracy, main) {
             let mut w = JsonlWriter::append(&self.dir.join("eval.jsonl"))?;
             w.write(&json!({"step": 0, "accuracy": acc, "phase": "sft"}))?;
         }
-        if cfg.eval.at_start {
+        if cfg.eval.at_start && main {
             let result = evaluate(&start.model, self.eval_task(), &EvalSettings::of(cfg))?;
             self.record_eval(0, Some("start"), &result)?;
             on(Event::Eval {
@@ -191,9 +252,10 @@ impl Run {
             });
         }
         let reference = reference_model(cfg, &self.model, start.dir.as_deref(), self.device)?;
-        let opt = new_optimizer(cfg, &start.model);
+        let mut model = start.model;
+        let opt = rl_optimizer(cfg, &mut model, &self.ranks.borrow());
         let policy = Policy {
-            model: start.model,
+            model,
             opt,
             reference,
         };
@@ -226,10 +288,15 @@ impl Run {
                 }
             })?;
         let sft_accuracy = manifest.meta["sft_accuracy"].as_f64();
-        let (model, opt) = checkpoint::load_policy(dir, cfg, self.device)?;
+        let (model, opt) = checkpoint::load_policy(dir, cfg, self.device, &self.ranks.borrow())?;
         let start_dir = (cfg.sft.steps > 0).then(|| sft_cache_dir(cfg, &self.dir));
         let reference = reference_model(cfg, &self.model, start_dir.as_deref(), self.device)?;
-        for f in STREAMS {
+        let streams: &[&str] = if self.ranks.borrow().is_main() {
+            &STREAMS
+        } else {
+            &[]
+        };
+        for f in streams {
             let path = self.dir.join(f);
             let torn = truncate_after(&path, "step", step)?;
             if torn > 0 {
@@ -260,48 +327,74 @@ impl Run {
         on: &mut dyn FnMut(Event<'_>),
     ) -> Result<RunSummary, TrainError> {
         let (cfg, dir) = (&self.cfg, &self.dir);
-        let mut metrics = JsonlWriter::append(&dir.join("metrics.jsonl"))?;
-        let mut samples = JsonlWriter::append(&dir.join("samples.jsonl"))?;
+        let ranks = &mut *self.ranks.borrow_mut();
+        let main = ranks.is_main();
+        let mut quiet = |_: Event<'_>| {};
+        let on: &mut dyn FnMut(Event<'_>) = if main { on } else { &mut quiet };
+        // Rank 0 writes the run's streams; the other ranks write nothing.
+        let mut metrics = main
+            .then(|| JsonlWriter::append(&dir.join("metrics.jsonl")))
+            .transpose()?;
+        let mut samples = main
+            .then(|| JsonlWriter::append(&dir.join("samples.jsonl")))
+            .transpose()?;
         let lr = rl_schedule(cfg);
         let es = EvalSettings::of(cfg);
         let (mut sample_tokens, mut sample_secs) = (0.0, 0.0);
         let mut skips = SkipGuard::new(cfg.max_consecutive_skips);
         let mut last_eval: Option<EvalResult> = None;
         let fingerprint = config_fingerprint(cfg);
-        let checkpoint_meta = |step: u64, data: &DataStream| {
-            json!({"step": step, "data": data.position(), "sft_accuracy": sft_accuracy,
+        let mut engine = RolloutEngine::open(cfg, dir, &self.model)?;
+        // A draw sampling ahead (`rollout.overlap`) has taken prompts not yet trained on: a
+        // checkpoint resumes the stream before them.
+        let checkpoint_meta = |step: u64, data: &DataStream, engine: &RolloutEngine| {
+            let at = engine.resume_position().unwrap_or(data.position());
+            json!({"step": step, "data": at, "sft_accuracy": sft_accuracy,
                    "config": fingerprint, "build": BUILD})
         };
         for step in start + 1..=cfg.steps {
             let rate = lr.lr(step - 1);
-            let report =
-                match grpo_step(&mut policy, self.task.as_ref(), cfg, step, &mut data, rate) {
-                    Ok(r) => r,
-                    // Nothing could be sampled: the step is skipped as a whole, with its reason.
-                    Err(TrainError::Model(e @ fulcrum_model::ModelError::NonFiniteLogits)) => {
-                        eprintln!("fulcrum: step {step} skipped: {e}");
-                        StepReport {
-                            metrics: StepMetrics::skipped_step(step, rate, e.to_string()),
-                            samples: Vec::new(),
-                        }
+            let report = match grpo_step(
+                &mut engine,
+                &mut policy,
+                ranks,
+                self.task.as_ref(),
+                cfg,
+                step,
+                &mut data,
+                rate,
+            ) {
+                Ok(r) => r,
+                // Nothing could be sampled: the step is skipped as a whole, with its reason.
+                Err(TrainError::Model(e @ fulcrum_model::ModelError::NonFiniteLogits)) => {
+                    eprintln!("fulcrum: step {step} skipped: {e}");
+                    StepReport {
+                        metrics: StepMetrics::skipped_step(step, rate, e.to_string()),
+                        samples: Vec::new(),
                     }
-                    Err(e) => return Err(e),
-                };
+                }
+                Err(e) => return Err(e),
+            };
+            for w in engine.take_warnings() {
+                eprintln!("fulcrum: step {step}: {w}");
+            }
             skips.record(step, report.metrics.skipped, dir)?;
             sample_tokens += report.metrics.sample_tokens as f64;
             sample_secs += report.metrics.time_sample;
             let line = serde_json::to_value(&report.metrics)
                 .map_err(|e| TrainError::Run(format!("metrics of step {step}: {e}")))?;
-            metrics.write(&line)?;
-            for s in &report.samples {
-                samples.write(s)?;
+            if let (Some(m), Some(s)) = (metrics.as_mut(), samples.as_mut()) {
+                m.write(&line)?;
+                for x in &report.samples {
+                    s.write(x)?;
+                }
             }
             on(Event::Step {
                 step,
                 total: cfg.steps,
                 metrics: &report.metrics,
             });
-            if (cfg.eval_every > 0 && step % cfg.eval_every == 0) || step == cfg.steps {
+            if main && ((cfg.eval_every > 0 && step % cfg.eval_every == 0) || step == cfg.steps) {
                 let result = evaluate(&policy.model, self.eval_task(), &es)?;
                 self.record_eval(step, None, &result)?;
                 on(Event::Eval {
@@ -310,15 +403,23 @@ impl Run {
                 });
                 last_eval = Some(result);
             }
-            if (cfg.checkpoint_every > 0 && step % cfg.checkpoint_every == 0) || step == cfg.steps {
+            let checkpoint_due =
+                (cfg.checkpoint_every > 0 && step % cfg.checkpoint_every == 0) || step == cfg.steps;
+            if checkpoint_due {
                 let dest = dir.join("checkpoints").join(format!("step-{step}"));
-                checkpoint::save_policy(&dest, &policy, checkpoint_meta(step, &data))?;
+                let meta = checkpoint_meta(step, &data, &engine);
+                checkpoint::save_policy(&dest, &policy, ranks, meta)?;
                 on(Event::Checkpoint { path: &dest });
             }
-            if stop_requested() && step < cfg.steps {
+            // A signal may reach the ranks at different steps: they stop together.
+            let stop = ranks.sum(&[f64::from(u8::from(stop_requested()))])?[0] > 0.0;
+            if stop && step < cfg.steps {
                 let dest = dir.join("checkpoints").join(format!("step-{step}"));
-                if !dest.exists() {
-                    checkpoint::save_policy(&dest, &policy, checkpoint_meta(step, &data))?;
+                // Decided from the schedule, not from the disk: only rank 0 writes, and every
+                // rank must take part in saving a sharded optimizer.
+                if !checkpoint_due {
+                    let meta = checkpoint_meta(step, &data, &engine);
+                    checkpoint::save_policy(&dest, &policy, ranks, meta)?;
                     on(Event::Checkpoint { path: &dest });
                 }
                 return Err(TrainError::Interrupted {
@@ -333,11 +434,15 @@ impl Run {
             }
         }
         let final_dir = dir.join("checkpoints").join("final");
-        checkpoint::save_policy(&final_dir, &policy, checkpoint_meta(cfg.steps, &data))?;
-        let final_accuracy = match last_eval {
-            Some(r) => r.accuracy,
-            None => evaluate(&policy.model, self.eval_task(), &es)?.accuracy,
+        let meta = checkpoint_meta(cfg.steps, &data, &engine);
+        checkpoint::save_policy(&final_dir, &policy, ranks, meta)?;
+        // Rank 0 evaluates; every rank reports its accuracy (the others add 0).
+        let final_accuracy = match (last_eval, main) {
+            (_, false) => 0.0,
+            (Some(r), true) => r.accuracy,
+            (None, true) => evaluate(&policy.model, self.eval_task(), &es)?.accuracy,
         };
+        let final_accuracy = ranks.sum(&[final_accuracy])?[0];
         let summary = RunSummary {
             run_dir: dir.to_path_buf(),
             rule: cfg.rule.name().to_string(),
@@ -348,11 +453,31 @@ impl Run {
             wall_seconds: t0.elapsed().as_secs_f64(),
             sample_tokens_per_s: sample_tokens / sample_secs.max(1e-9),
         };
-        let path = dir.join("summary.json");
-        let text = serde_json::to_string_pretty(&summary)
-            .map_err(|e| TrainError::Run(format!("summary: {e}")))?;
-        fs::write(&path, text + "\n").map_err(TrainError::io(&path))?;
+        if main {
+            let path = dir.join("summary.json");
+            let text = serde_json::to_string_pretty(&summary)
+                .map_err(|e| TrainError::Run(format!("summary: {e}")))?;
+            fs::write(&path, text + "\n").map_err(TrainError::io(&path))?;
+        }
+        ranks.barrier()?;
         Ok(summary)
+    }
+
+    /// Runs `f` on rank 0 first, then (after a barrier) on the other ranks: for work whose
+    /// result rank 0 leaves on disk for them (the SFT warm-up and its cache).
+    fn after_main<T>(&self, f: impl FnOnce() -> Result<T, TrainError>) -> Result<T, TrainError> {
+        let world = self.ranks.borrow().world();
+        if world == 1 {
+            return f();
+        }
+        if self.ranks.borrow().is_main() {
+            let out = f();
+            self.ranks.borrow_mut().barrier()?;
+            out
+        } else {
+            self.ranks.borrow_mut().barrier()?;
+            f()
+        }
     }
 
     /// Refuses (unless forced) to resume from a checkpoint written under another config or by
@@ -446,6 +571,27 @@ pub fn resolve_runtime(cfg: &Config) -> Result<(Config, Device), TrainError> {
     resolved.threads = rt.threads;
     resolved.device = DeviceChoice::of(rt.device);
     Ok((resolved, rt.device))
+}
+
+/// What a data-parallel job does not support yet, refused before it starts.
+fn check_data_parallel(cfg: &Config) -> Result<(), TrainError> {
+    if cfg.model.dtype == fulcrum_model::Dtype::Bf16Pure && cfg.dist.zero1 {
+        // ZeRO-1's slices are fp32 masters by construction: it cannot train pure bf16.
+        return Err(TrainError::Run(
+            "model.dtype = \"bf16-pure\" with dist.zero1 = true and several ranks: ZeRO-1 \
+             keeps fp32 master weights (that is model.dtype = \"bf16\"); set dist.zero1 = false \
+             for pure bf16 parameters"
+                .into(),
+        ));
+    }
+    if cfg.rollout.engine != fulcrum_rollout::EngineKind::Native {
+        return Err(TrainError::Run(format!(
+            "rollout.engine = \"{}\" with several ranks: each rank would push its own weights \
+             to the servers; run engine rollouts in one process (the engines scale the sampling)",
+            cfg.rollout.engine
+        )));
+    }
+    Ok(())
 }
 
 /// Counts the steps skipped in a row (non-finite logits, loss or gradient) and stops the run
@@ -579,6 +725,21 @@ mod tests {
         for step in 1..100 {
             never.record(step, true, dir).unwrap();
         }
+    }
+
+    #[test]
+    fn data_parallel_refuses_what_it_cannot_do_and_says_what_to_set() {
+        assert!(check_data_parallel(&Config::default()).is_ok());
+        let mut pure = Config::default();
+        pure.model.dtype = fulcrum_model::Dtype::Bf16Pure;
+        let e = check_data_parallel(&pure).unwrap_err().to_string();
+        assert!(e.contains("dist.zero1 = false"), "{e}");
+        pure.dist.zero1 = false;
+        assert!(check_data_parallel(&pure).is_ok());
+        let mut remote = Config::default();
+        remote.rollout.engine = fulcrum_rollout::EngineKind::Llamacpp;
+        let e = check_data_parallel(&remote).unwrap_err().to_string();
+        assert!(e.contains("rollout.engine"), "{e}");
     }
 
     #[test]

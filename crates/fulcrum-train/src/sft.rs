@@ -17,7 +17,8 @@ use crate::data::{DataPosition, DataStream};
 use crate::error::TrainError;
 use crate::interrupt::stop_requested;
 use crate::packing::{pack, Item};
-use crate::policy::{guarded_update, new_optimizer, Update};
+use crate::policy::{guarded_update, new_optimizer, Optimizer, Update};
+use crate::ranks::Ranks;
 use crate::rollout::{encode_prompt, Rollout};
 
 /// Progress of SFT, reported after every step.
@@ -37,7 +38,10 @@ pub fn run_sft(
     mut on_step: impl FnMut(SftProgress),
 ) -> Result<u64, TrainError> {
     let s = &cfg.sft;
-    let mut opt = new_optimizer(cfg, model);
+    let mut opt: Optimizer = new_optimizer(cfg, model).into();
+    // The warm-up runs in one process (rank 0 of a job), so it and its cache are the same at
+    // any rank count.
+    let mut alone = Ranks::single();
     let mut skipped = 0;
     let schedule = LrSchedule::Cosine {
         peak: s.lr,
@@ -77,6 +81,8 @@ pub fn run_sft(
                 prompt_ids: encode_prompt(model, &ex.prompt)?,
                 response_ids,
                 old_logprobs: vec![0.0; n],
+                engine: None,
+                is_weights: None,
                 truncated: false,
                 text: String::new(),
                 reward: 0.0,
@@ -98,6 +104,7 @@ pub fn run_sft(
         let (value, update) = guarded_update(
             model,
             &mut opt,
+            &mut alone,
             cfg.optim.grad_clip,
             schedule.lr(step),
             || {

@@ -16,10 +16,13 @@ use serde_json::{json, Value};
 use crate::accumulate::{backward_micro_batches, MicroStats};
 use crate::config::Config;
 use crate::data::DataStream;
+use crate::engine::RolloutEngine;
 use crate::error::TrainError;
 use crate::metrics::{RuleMasses, StepMetrics};
+use crate::offpolicy::{check_engine_rollouts, EngineCheck};
 use crate::plan::UpdatePlan;
 use crate::policy::{guarded_update, Policy, Update};
+use crate::ranks::Ranks;
 use crate::rollout::{draw_groups, Drawn, Rollout};
 
 /// What a step leaves behind: its metrics line and a few samples.
@@ -28,9 +31,13 @@ pub struct StepReport {
     pub samples: Vec<Value>,
 }
 
-/// One GRPO step at learning rate `lr`.
+/// One GRPO step at learning rate `lr`, sampling on `engine`, as one rank of `ranks` (each
+/// rank samples and back-propagates its share; every number of the step is global).
+#[allow(clippy::too_many_arguments)]
 pub fn grpo_step(
+    engine: &mut RolloutEngine,
     policy: &mut Policy,
+    ranks: &mut Ranks,
     task: &dyn Task,
     cfg: &Config,
     step: u64,
@@ -39,10 +46,27 @@ pub fn grpo_step(
 ) -> Result<StepReport, TrainError> {
     let t_start = Instant::now();
 
+    // 0. Engines hold the policy after `step - 1` steps (a weight push when they do not),
+    // once a draw sampling ahead for this step (`rollout.overlap`) has come back.
+    let wait_secs = engine.collect_prefetch()?;
+    let push_secs = engine.sync(&policy.model, step - 1)?;
+    let t_pushed = t_start.elapsed().as_secs_f64();
+
     // 1-3. Sample G responses per prompt and score them (dynamic sampling draws more).
-    let drawn = draw_groups(&policy.model, task, cfg, step, data)?;
+    let mut drawn = draw_groups(engine, &policy.model, task, cfg, step, data, ranks)?;
+    let t_sampled = t_start.elapsed().as_secs_f64() - t_pushed + wait_secs;
+
+    // 3a. Engine rollouts: the trainer's own old log-probabilities, the engine/trainer
+    // mismatch and the truncated importance weights (offpolicy.rs).
+    let t_check = Instant::now();
+    let check = match engine {
+        RolloutEngine::Native => EngineCheck::default(),
+        RolloutEngine::Remote(r) => {
+            check_engine_rollouts(&policy.model, &mut drawn.rollouts, cfg, r.version())?
+        }
+    };
+    let check_secs = t_check.elapsed().as_secs_f64();
     let rollouts = &drawn.rollouts;
-    let t_sampled = t_start.elapsed().as_secs_f64();
 
     // 3b. Reward shaping (DAPO's soft overlong punishment) and overlong filtering: a truncated
     // response keeps its place in the group's baseline but has no loss-masked tokens, so every
@@ -93,8 +117,10 @@ pub fn grpo_step(
     } = policy;
     for _epoch in 0..cfg.ppo.epochs {
         for k in 0..plan.mini_batches.len() {
-            let mini = plan.mini_batch(k);
-            let (s, update) = guarded_update(model, adamw, cfg.optim.grad_clip, lr, || {
+            // This rank's share of the mini-batch's groups (all of them in one process).
+            let groups = &plan.mini_batches[k];
+            let mini = plan.items_of(&groups[ranks.share(groups.len())]);
+            let (s, update) = guarded_update(model, adamw, ranks, cfg.optim.grad_clip, lr, || {
                 let (micro, reg) = (cfg.ppo.micro_batch_size, plan.reg_weight);
                 let s = backward_micro_batches(model, reference.as_ref(), &mini, reg, cfg, micro)?;
                 let loss = s.loss;
@@ -104,15 +130,17 @@ pub fn grpo_step(
             stats.add(&s);
         }
     }
+    let stats = stats.summed(ranks)?;
     let times = Timings {
         sample: t_sampled - drawn.score_secs,
         score: drawn.score_secs,
-        train: t_train0.elapsed().as_secs_f64(),
+        train: t_train0.elapsed().as_secs_f64() + check_secs,
+        weight_push: push_secs,
         step: t_start.elapsed().as_secs_f64(),
     };
 
     // 9. Metrics: rewards, lengths, every rule's diagnostics, the optimisation, timings.
-    let metrics = step_metrics(step, &drawn, &rewards, &diag, &stats, &opt, &times);
+    let metrics = step_metrics(step, &drawn, &rewards, &diag, &stats, &opt, &times, &check);
     let samples = rollouts
         .iter()
         .step_by(cfg.rollout.group_size.max(1))
@@ -127,10 +155,12 @@ struct Timings {
     sample: f64,
     score: f64,
     train: f64,
+    weight_push: f64,
     step: f64,
 }
 
 /// The step's metrics line.
+#[allow(clippy::too_many_arguments)]
 fn step_metrics(
     step: u64,
     drawn: &Drawn,
@@ -139,6 +169,7 @@ fn step_metrics(
     stats: &MicroStats,
     opt: &OptSummary,
     times: &Timings,
+    check: &EngineCheck,
 ) -> StepMetrics {
     let rollouts = &drawn.rollouts;
     let n = rollouts.len().max(1) as f64;
@@ -185,6 +216,10 @@ fn step_metrics(
         time_score: times.score,
         time_train: times.train,
         time_step: times.step,
+        time_weight_push: times.weight_push,
+        kl_engine: check.kl_engine,
+        rollout_stale: check.stale,
+        rollout_is_capped_frac: check.is_capped_frac,
     }
 }
 

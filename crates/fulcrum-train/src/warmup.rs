@@ -27,7 +27,13 @@ pub struct Start {
 /// The SFT cache entry for this (model, task, SFT settings, seed): a checkpoint directory under
 /// `sft-cache/` beside the run directory.
 pub fn sft_cache_dir(cfg: &Config, run_dir: &Path) -> PathBuf {
-    let key = json!({"model": cfg.model, "task": cfg.task, "sft": cfg.sft, "seed": cfg.seed,
+    // The warm-up always trains in f32 (`model.dtype` is the RL precision), so runs that differ
+    // only in it share one warm-up.
+    let model = crate::ModelConfig {
+        dtype: fulcrum_model::Dtype::F32,
+        ..cfg.model.clone()
+    };
+    let key = json!({"model": model, "task": cfg.task, "sft": cfg.sft, "seed": cfg.seed,
                      "optim": [cfg.optim.beta1, cfg.optim.beta2, cfg.optim.eps, cfg.optim.weight_decay, cfg.optim.grad_clip]});
     let digest = sha_hex(key.to_string().as_bytes());
     // Beside the run directory, so that the runs of one comparison (or of `runs/`) share it.

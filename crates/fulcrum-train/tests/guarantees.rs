@@ -7,6 +7,7 @@ use fulcrum_model::Model;
 use fulcrum_train::accumulate::{backward_micro_batches, MicroStats};
 use fulcrum_train::packing::Item;
 use fulcrum_train::policy::{guarded_update, Policy, Update};
+use fulcrum_train::ranks::Ranks;
 use fulcrum_train::rollout::Rollout;
 use fulcrum_train::{Config, TrainError};
 use tch::{Device, Kind, Tensor};
@@ -42,25 +43,32 @@ fn update(
         opt,
         reference,
     } = p;
-    guarded_update(model, opt, cfg.optim.grad_clip, lr, || {
-        let s = backward_micro_batches(
-            model,
-            reference.as_ref(),
-            items,
-            reg_weight,
-            cfg,
-            cfg.ppo.micro_batch_size,
-        )?;
-        let loss = s.loss;
-        Ok((s, loss))
-    })
+    guarded_update(
+        model,
+        opt,
+        &mut Ranks::single(),
+        cfg.optim.grad_clip,
+        lr,
+        || {
+            let s = backward_micro_batches(
+                model,
+                reference.as_ref(),
+                items,
+                reg_weight,
+                cfg,
+                cfg.ppo.micro_batch_size,
+            )?;
+            let loss = s.loss;
+            Ok((s, loss))
+        },
+    )
 }
 
 fn policy() -> Policy {
     // One kernel thread: the tests of this file run in parallel on a 2-core machine.
     tch::set_num_threads(1);
     let model = Model::tiny(Device::Cpu, 0).unwrap();
-    let opt = AdamW::new(model.var_store(), AdamWConfig::default());
+    let opt = AdamW::new(model.var_store(), AdamWConfig::default()).into();
     Policy {
         model,
         opt,
@@ -87,6 +95,8 @@ fn rollouts() -> Vec<Rollout> {
                 group: g,
                 prompt_ids: prompt.clone(),
                 old_logprobs: (0..len).map(|_| -3.0 - next(100) as f32 / 100.0).collect(),
+                engine: None,
+                is_weights: None,
                 response_ids: response,
                 truncated: false,
                 text: String::new(),
@@ -190,7 +200,7 @@ fn non_finite_loss_skips_the_step_and_touches_nothing() {
     assert!(matches!(outcome, Update::Applied { .. }));
     let before = snapshot(&p);
     let opt_before = p.opt.step_count();
-    let (moments_before, _) = p.opt.state();
+    let (moments_before, _) = p.opt.replicated().unwrap().state();
     // Inject a NaN weight: the loss is NaN.
     let mut bad = good.clone();
     bad[3].weight = f64::NAN;
@@ -199,7 +209,7 @@ fn non_finite_loss_skips_the_step_and_touches_nothing() {
     assert!(!stats.loss.is_finite());
     assert_eq!(snapshot(&p), before, "weights changed on a skipped step");
     assert_eq!(p.opt.step_count(), opt_before);
-    let (moments_after, _) = p.opt.state();
+    let (moments_after, _) = p.opt.replicated().unwrap().state();
     for ((n1, a), (n2, b)) in moments_before.iter().zip(&moments_after) {
         assert_eq!(n1, n2);
         assert!(a.equal(b), "optimizer state {n1} changed on a skipped step");

@@ -455,3 +455,19 @@ fn resume_refuses_a_changed_config_naming_the_keys_unless_forced() {
     assert!(o.status.success(), "{}", err(&o));
     assert!(err(&o).contains("resuming anyway"), "{}", err(&o));
 }
+
+#[test]
+fn device_flag_sets_the_device_and_a_bad_one_names_the_flag() {
+    let run = |device: &str| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_fulcrum"))
+            .args(["train", "--print-config", "--device", device])
+            .output()
+            .unwrap()
+    };
+    let ok = run("cuda:1");
+    assert!(ok.status.success());
+    assert!(String::from_utf8_lossy(&ok.stdout).contains("device = \"cuda:1\""));
+    let bad = run("tpu");
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("--device"));
+}

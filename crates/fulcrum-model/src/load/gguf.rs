@@ -129,7 +129,7 @@ impl Meta<'_> {
 }
 
 /// Undo llama.cpp's q/k row permutation: `[rows, cols]` with `heads` heads back to HF's order.
-fn unpermute(t: &Tensor, heads: i64) -> Tensor {
+pub(crate) fn unpermute_rows(t: &Tensor, heads: i64) -> Tensor {
     let (rows, cols) = (t.size()[0], t.size()[1]);
     t.reshape([heads, rows / heads / 2, 2, cols])
         .transpose(1, 2)
@@ -292,9 +292,9 @@ pub fn read_gguf(path: &Path) -> Result<GgufModel> {
         let mut t = Tensor::from_slice(&dense.1).reshape(dense.0);
         if arch == Arch::Llama && name.ends_with(".weight") {
             if name.contains(".attn_q.") {
-                t = unpermute(&t, heads);
+                t = unpermute_rows(&t, heads);
             } else if name.contains(".attn_k.") {
-                t = unpermute(&t, kv_heads);
+                t = unpermute_rows(&t, kv_heads);
             }
         }
         tensors.insert(hf, t);
@@ -339,7 +339,7 @@ mod tests {
             .reshape([heads, 2, rows / heads / 2, cols])
             .transpose(1, 2)
             .reshape([rows, cols]);
-        assert!(unpermute(&gguf, heads).equal(&hf));
+        assert!(unpermute_rows(&gguf, heads).equal(&hf));
         assert!(!gguf.equal(&hf));
     }
 }

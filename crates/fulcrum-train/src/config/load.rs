@@ -120,6 +120,40 @@ mod tests {
     }
 
     #[test]
+    fn engine_settings_are_checked_naming_the_key() {
+        let err = |sets: &[&str]| {
+            let sets: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
+            Config::load(None, &sets).unwrap_err().to_string()
+        };
+        let url = "rollout.engine_urls=[\"http://127.0.0.1:8080\"]";
+        assert!(err(&["rollout.engine=\"vllm\""]).contains("rollout.engine_urls"));
+        assert!(err(&[url]).contains("native"));
+        assert!(err(&[
+            "rollout.engine=\"llamacpp\"",
+            "rollout.engine_urls=[\"127.0.0.1:80\"]"
+        ])
+        .contains("not an http"));
+        let e = err(&["rollout.engine=\"llamacpp\"", url, "rollout.overlap=true"]);
+        assert!(e.contains("rollout.overlap") && e.contains("is_cap"), "{e}");
+        assert!(err(&["rollout.engine=\"sglang\"", url, "rollout.is_cap=0.5"]).contains(">= 1"));
+        assert!(err(&["rollout.engine=\"vlm\""]).contains("did you mean vllm"));
+        let ok: Vec<String> = [
+            "rollout.engine=\"llamacpp\"",
+            url,
+            "rollout.overlap=true",
+            "rollout.is_cap=2.0",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let c = Config::load(None, &ok).unwrap();
+        assert_eq!(
+            c.rollout.engine_urls,
+            vec!["http://127.0.0.1:8080".to_string()]
+        );
+    }
+
+    #[test]
     fn the_demo_preset_is_the_defaults() {
         let preset = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../configs/demo.toml");
         let c = Config::load(Some(&preset), &[]).unwrap();

@@ -13,7 +13,8 @@
 use std::path::{Path, PathBuf};
 
 use fulcrum_core::{BaCount, ClipParams, Estimator, KlEstimator, Rule};
-use fulcrum_model::{DeviceChoice, Dtype, LoraConfig};
+use fulcrum_model::{DeviceChoice, Dtype, GgufDtype, LoraConfig};
+use fulcrum_rollout::EngineKind;
 use fulcrum_tasks::code::SandboxChoice;
 use fulcrum_tasks::TaskConfig;
 use serde::{Deserialize, Serialize};
@@ -85,6 +86,33 @@ pub struct Config {
     pub sft: SftConfig,
     /// Held-out evaluation.
     pub eval: EvalConfig,
+    /// Data parallelism over several processes (`fulcrum train --nproc N`, or a launcher's
+    /// `RANK`/`WORLD_SIZE`/`MASTER_ADDR`/`MASTER_PORT`); ignored in one process.
+    pub dist: DistConfig,
+}
+
+/// Data parallelism on c10d (Gloo on CPU, NCCL on CUDA).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DistConfig {
+    /// ZeRO-1: shard the AdamW state (and fp32 master weights) across ranks; `false`: every
+    /// rank holds all of it.
+    pub zero1: bool,
+    /// Seconds any collective, and the rendezvous, may wait for the other ranks before the job
+    /// stops with an error naming it (covers rank 0's evaluations and checkpoints).
+    pub timeout_s: u64,
+    /// Gradients are all-reduced in buckets of this many MiB (replicated AdamW).
+    pub bucket_mb: usize,
+}
+
+impl Default for DistConfig {
+    fn default() -> Self {
+        DistConfig {
+            zero1: true,
+            timeout_s: 1800,
+            bucket_mb: 25,
+        }
+    }
 }
 
 /// The policy model.
@@ -93,7 +121,8 @@ pub struct Config {
 pub struct ModelConfig {
     /// `tiny` (built-in, character level), an HF folder, a `.gguf` file, or a run directory.
     pub path: String,
-    /// Parameter dtype: f32 or bf16 (bf16 on GPU only).
+    /// Training precision: `f32`; `bf16` (mixed: bf16 compute, fp32 master weights and AdamW
+    /// state); `bf16-pure` (bf16 parameters, no masters). On CPU too.
     pub dtype: Dtype,
     /// Activation checkpointing in training forwards: keep only each decoder layer's input and
     /// recompute the layer in backward (about a third more compute, a fraction of the memory).
@@ -135,6 +164,31 @@ pub struct RolloutConfig {
     pub overlong_buffer: usize,
     /// Largest soft overlong punishment.
     pub overlong_penalty: f64,
+    /// Where rollouts are sampled: native (the trainer's own KV-cache sampler), vllm, sglang
+    /// or llamacpp (servers at `engine_urls`; see the README's "Rollouts on inference engines").
+    pub engine: EngineKind,
+    /// Base URLs of the engine servers (`["http://127.0.0.1:8080", ...]`); groups are spread
+    /// over all of them.
+    pub engine_urls: Vec<String>,
+    /// Seconds one engine request (one group) may take before it is retried elsewhere.
+    pub engine_timeout_s: f64,
+    /// Requests in flight on each engine at once.
+    pub engine_requests: usize,
+    /// Failures in a row after which an engine is dropped for the rest of the run.
+    pub engine_max_failures: u32,
+    /// Truncated importance sampling against engine/trainer mismatch: each token's policy loss
+    /// is weighted by `min(pi_trainer / pi_engine, is_cap)` (e.g. 2.0); `None`: off.
+    pub is_cap: Option<f64>,
+    /// Sample step k+1's first draw on the engines while the trainer updates on step k (one
+    /// step off-policy: those responses come from the weights one step behind, are counted in
+    /// `rollout/stale`, and need `is_cap`). Off: every step samples on its own weights.
+    pub overlap: bool,
+    /// Where weight pushes are written (`None`: `<run_dir>/engine-weights`); must be a path
+    /// the engines can read.
+    pub push_dir: Option<PathBuf>,
+    /// Float type of the matrices in a GGUF push to llama.cpp: f16 or f32 (HF pushes keep the
+    /// policy's dtype).
+    pub push_dtype: GgufDtype,
 }
 
 /// The policy loss.
@@ -255,6 +309,7 @@ impl Default for Config {
             optim: OptimConfig::default(),
             sft: SftConfig::default(),
             eval: EvalConfig::default(),
+            dist: DistConfig::default(),
         }
     }
 }
@@ -285,6 +340,15 @@ impl Default for RolloutConfig {
             overlong_filter: false,
             overlong_buffer: 0,
             overlong_penalty: 1.0,
+            engine: EngineKind::Native,
+            engine_urls: Vec::new(),
+            engine_timeout_s: 600.0,
+            engine_requests: 4,
+            engine_max_failures: 3,
+            is_cap: None,
+            overlap: false,
+            push_dir: None,
+            push_dtype: GgufDtype::F16,
         }
     }
 }

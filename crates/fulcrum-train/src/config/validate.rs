@@ -50,6 +50,75 @@ impl Config {
         if r.dynamic_sampling && r.dynamic_sampling_max_draws == 0 {
             return bad("rollout.dynamic_sampling_max_draws", "must be >= 1".into());
         }
+        match (r.engine, r.engine_urls.is_empty()) {
+            (fulcrum_rollout::EngineKind::Native, false) => {
+                return bad(
+                    "rollout.engine_urls",
+                    "is set but rollout.engine = \"native\" samples in the trainer: set \
+                     rollout.engine to vllm, sglang or llamacpp, or drop the URLs"
+                        .into(),
+                )
+            }
+            (kind, true) if kind != fulcrum_rollout::EngineKind::Native => {
+                return bad(
+                    "rollout.engine_urls",
+                    format!("rollout.engine = \"{kind}\" needs at least one server URL"),
+                )
+            }
+            _ => {}
+        }
+        if let Some(u) = r
+            .engine_urls
+            .iter()
+            .find(|u| !(u.starts_with("http://") || u.starts_with("https://")))
+        {
+            return bad(
+                "rollout.engine_urls",
+                format!("{u:?} is not an http:// or https:// URL"),
+            );
+        }
+        if self.dist.timeout_s == 0 || self.dist.bucket_mb == 0 {
+            return bad(
+                "dist.timeout_s",
+                "dist.timeout_s and dist.bucket_mb must be >= 1".into(),
+            );
+        }
+        if !(r.engine_timeout_s > 0.0 && r.engine_timeout_s.is_finite()) {
+            return bad(
+                "rollout.engine_timeout_s",
+                "must be a positive number of seconds".into(),
+            );
+        }
+        if r.engine_requests == 0 || r.engine_max_failures == 0 {
+            return bad(
+                "rollout.engine_requests",
+                "engine_requests and engine_max_failures must be >= 1".into(),
+            );
+        }
+        if let Some(cap) = r.is_cap {
+            if !(cap >= 1.0 && cap.is_finite()) {
+                return bad(
+                    "rollout.is_cap",
+                    format!("must be a finite cap >= 1 (2.0 is usual), got {cap}"),
+                );
+            }
+        }
+        if r.overlap && r.engine == fulcrum_rollout::EngineKind::Native {
+            return bad(
+                "rollout.overlap",
+                "needs rollout.engine = vllm, sglang or llamacpp (the native sampler shares the \
+                 trainer's process)"
+                    .into(),
+            );
+        }
+        if r.overlap && r.is_cap.is_none() {
+            return bad(
+                "rollout.overlap",
+                "samples from weights one step behind, so it needs the importance correction: \
+                 set rollout.is_cap (2.0 is usual)"
+                    .into(),
+            );
+        }
         let p = &self.ppo;
         self.clip().validate().or_else(|e| match e {
             fulcrum_core::CoreError::InvalidParam { name, why } => bad(&format!("ppo.{name}"), why),

@@ -104,6 +104,20 @@ pub struct StepMetrics {
     pub time_train: f64,
     #[serde(rename = "time/step", deserialize_with = "nan_if_null")]
     pub time_step: f64,
+    /// Seconds spent bringing the rollout engines to the policy's weights before sampling
+    /// (writing the files and the engines' reload; 0 with the native sampler).
+    #[serde(rename = "time/weight_push", deserialize_with = "nan_if_null")]
+    pub time_weight_push: f64,
+    /// Token-mean k3 estimate of KL(engine || trainer) on engine rollouts (0 with the native
+    /// sampler, whose log-probabilities are the trainer's).
+    #[serde(rename = "kl/engine", deserialize_with = "nan_if_null")]
+    pub kl_engine: f64,
+    /// Responses sampled by other weights than the version the step expected.
+    #[serde(rename = "rollout/stale")]
+    pub rollout_stale: u64,
+    /// Fraction of response tokens whose importance weight `rollout.is_cap` cut (0 when off).
+    #[serde(rename = "rollout/is_capped_frac", deserialize_with = "nan_if_null")]
+    pub rollout_is_capped_frac: f64,
 }
 
 impl StepMetrics {

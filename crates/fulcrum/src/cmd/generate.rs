@@ -73,6 +73,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
     };
     let req = SampleRequest {
+        first_prompt: 0,
         prompts: vec![prompt],
         samples_per_prompt: 1,
         max_new_tokens: args.max_new_tokens,

@@ -6,6 +6,7 @@ pub mod convert;
 pub mod eval;
 pub mod fetch_assets;
 pub mod generate;
+pub mod launch;
 pub mod report;
 pub mod runtime;
 pub mod score;

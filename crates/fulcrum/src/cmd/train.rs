@@ -20,6 +20,20 @@ pub struct ConfigArgs {
     pub set: Vec<String>,
 }
 
+impl Args {
+    /// The config of a new run: the source's, with `--run-dir` and `--device` applied.
+    fn config(&self) -> Result<Config> {
+        let mut cfg = self.source.load()?;
+        if let Some(d) = &self.run_dir {
+            cfg.run_dir = Some(d.clone());
+        }
+        if let Some(d) = &self.device {
+            cfg.device = d.parse().context("--device")?;
+        }
+        Ok(cfg)
+    }
+}
+
 impl ConfigArgs {
     /// The resolved, validated config.
     pub fn load(&self) -> Result<Config> {
@@ -35,8 +49,12 @@ pub struct Args {
     /// Run directory [default: runs/<run_name>, or the first free runs/<run_name>-N].
     #[arg(long)]
     pub run_dir: Option<PathBuf>,
+    /// Device: cpu, cuda, cuda:N or auto (the config's `device`; under --nproc or a launcher,
+    /// `cuda` means each rank's own GPU, cuda:LOCAL_RANK).
+    #[arg(long)]
+    pub device: Option<String>,
     /// Continue the run in this directory from its latest checkpoint.
-    #[arg(long, conflicts_with_all = ["config", "set", "run_dir"])]
+    #[arg(long, conflicts_with_all = ["config", "set", "run_dir", "device"])]
     pub resume: Option<PathBuf>,
     /// With --resume: continue even if the run's config.toml or this binary differs from what
     /// wrote the latest checkpoint (the differing keys are still printed).
@@ -48,6 +66,11 @@ pub struct Args {
     /// Print the resolved config (defaults < --config < --set) as TOML and exit.
     #[arg(long)]
     pub print_config: bool,
+    /// Data parallelism: start N ranks of this command on this machine (c10d: Gloo on CPU,
+    /// NCCL on CUDA, one GPU per rank). A job started by torchrun or Slurm is joined from
+    /// RANK / WORLD_SIZE / LOCAL_RANK / MASTER_ADDR / MASTER_PORT instead.
+    #[arg(long, value_name = "N")]
+    pub nproc: Option<usize>,
 }
 
 /// A progress bar on stderr, hidden when not on a terminal or with `--quiet`.
@@ -66,14 +89,29 @@ pub fn bar(quiet: bool) -> ProgressBar {
 
 pub fn run(args: Args) -> Result<ExitCode> {
     if args.print_config {
-        let cfg = args.source.load()?;
+        let cfg = args.config()?;
         print!("{}", cfg.to_toml());
         return Ok(ExitCode::SUCCESS);
     }
     // Ctrl-C / SIGTERM: finish the step, checkpoint, exit 130 saying how to resume; a second
-    // signal exits at once.
+    // signal exits at once. (Under --nproc the ranks get the terminal's signal themselves.)
     fulcrum_train::install_signal_handlers()?;
-    let pb = bar(args.quiet);
+    let launch = fulcrum_dist::Launch::from_env()?;
+    if let (Some(n), None) = (args.nproc, &launch) {
+        // Each rank gets its share of the cores unless the config names a thread count.
+        let threads = match &args.resume {
+            Some(_) => None,
+            None => {
+                let cfg = args.config()?;
+                let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
+                (cfg.threads == 0).then(|| (cores / n).max(1))
+            }
+        };
+        return super::launch::run_ranks(n, &super::launch::args_without_nproc(), threads);
+    }
+    let launch = launch.filter(|l| l.world > 1);
+    let main_rank = launch.as_ref().is_none_or(|l| l.rank == 0);
+    let pb = bar(args.quiet || !main_rank);
     let mut held_out = String::from("-");
     let mut on = |e: Event<'_>| match e {
         Event::Sft {
@@ -121,20 +159,55 @@ pub fn run(args: Args) -> Result<ExitCode> {
         Event::Checkpoint { .. } => {}
     };
     let summary = match &args.resume {
-        Some(dir) => fulcrum_train::Run::open(dir)
-            .and_then(|run| run.force(args.force).train(&mut on))
-            .with_context(|| format!("resuming {}", dir.display()))?,
+        Some(dir) => {
+            let open = || -> Result<fulcrum_train::Run> {
+                let run = fulcrum_train::Run::open(dir)?;
+                Ok(match &launch {
+                    Some(l) => {
+                        let ranks = join(l, run.config())?;
+                        run.on_ranks(ranks)
+                    }
+                    None => run,
+                })
+            };
+            open()
+                .and_then(|run| Ok(run.force(args.force).train(&mut on)?))
+                .with_context(|| format!("resuming {}", dir.display()))?
+        }
         None => {
-            let mut cfg = args.source.load()?;
-            if let Some(d) = &args.run_dir {
-                cfg.run_dir = Some(d.clone());
+            let cfg = args.config()?;
+            match &launch {
+                Some(l) => {
+                    let ranks = join(l, &cfg)?;
+                    fulcrum_train::Run::create_on(&cfg, ranks)?.train(&mut on)?
+                }
+                None => fulcrum_train::train(&cfg, &mut on)?,
             }
-            fulcrum_train::train(&cfg, &mut on)?
         }
     };
     pb.finish_and_clear();
-    print_summary(&summary);
+    if main_rank {
+        print_summary(&summary);
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Joins the job `launch` describes, on the config's device (`cuda` means this rank's own GPU,
+/// `cuda:LOCAL_RANK`), with the config's collective timeout.
+fn join(launch: &fulcrum_dist::Launch, cfg: &Config) -> Result<fulcrum_train::ranks::Ranks> {
+    let (_, device) = fulcrum_train::resolve_runtime(cfg)?;
+    let device = match device {
+        tch::Device::Cuda(_) => tch::Device::Cuda(launch.local_rank),
+        d => d,
+    };
+    let timeout = std::time::Duration::from_secs(cfg.dist.timeout_s);
+    let ranks = fulcrum_train::ranks::Ranks::join(launch, device, timeout).with_context(|| {
+        format!(
+            "joining the job as rank {} of {}",
+            launch.rank, launch.world
+        )
+    })?;
+    Ok(ranks.with_bucket_mb(cfg.dist.bucket_mb))
 }
 
 fn print_summary(s: &RunSummary) {

@@ -1,0 +1,186 @@
+//! Writing a policy as a GGUF file for llama.cpp to load (the disk transport of the weight
+//! push to a llama.cpp server).
+//!
+//! GGUF carries the architecture and tokenizer as metadata, which fulcrum does not rebuild:
+//! they are copied from a template file of the same model (the file the policy or the server
+//! was loaded from), and only the tensors are replaced, under the template's names and in its
+//! order. Llama-architecture q and k rows are permuted back into llama.cpp's interleaved-RoPE
+//! order (the inverse of what loading undid). Matrices are written in the chosen float type,
+//! 1-D tensors (norms, biases) in f32 as llama.cpp expects. A tensor missing on either side or
+//! of another shape is an error naming it and the template.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use candle_core::quantized::gguf_file::{self, Content, Value};
+use candle_core::quantized::{GgmlDType, QTensor};
+use tch::{Kind, Tensor};
+
+use crate::config::{Arch, ModelConfig};
+use crate::error::{ModelError, Result};
+use crate::load::gguf::hf_name;
+
+fulcrum_core::closed_set! {
+    /// The float type of a written GGUF file's matrices (config `rollout.push_dtype`).
+    pub enum GgufDtype("GGUF dtype") {
+        /// Half precision: half the size and load time of f32, about 3 significant digits.
+        F16 = "f16",
+        /// Full precision: the trainer's weights exactly.
+        F32 = "f32",
+    }
+}
+
+impl GgufDtype {
+    fn ggml(self) -> GgmlDType {
+        match self {
+            GgufDtype::F16 => GgmlDType::F16,
+            GgufDtype::F32 => GgmlDType::F32,
+        }
+    }
+
+    /// GGUF's `general.file_type`: 0 all f32, 1 mostly f16.
+    fn file_type(self) -> u32 {
+        match self {
+            GgufDtype::F16 => 1,
+            GgufDtype::F32 => 0,
+        }
+    }
+}
+
+/// llama.cpp's q/k row order from HF's: `[rows, cols]` with `heads` heads.
+fn permute(t: &Tensor, heads: i64) -> Tensor {
+    let (rows, cols) = (t.size()[0], t.size()[1]);
+    t.reshape([heads, 2, rows / heads / 2, cols])
+        .transpose(1, 2)
+        .reshape([rows, cols])
+}
+
+/// The metadata and tensor names of a GGUF file of the model, read once and kept (the file
+/// itself may be replaced afterwards: a llama.cpp server reports the file it serves, which after
+/// the first push is a pushed file).
+#[derive(Debug)]
+pub struct GgufTemplate {
+    pub path: std::path::PathBuf,
+    metadata: HashMap<String, Value>,
+    /// Tensor names with their shapes, in file order.
+    tensors: Vec<(String, Vec<usize>)>,
+}
+
+impl GgufTemplate {
+    pub fn read(path: &Path) -> Result<Self> {
+        let mut file = std::fs::File::open(path).map_err(|e| ModelError::io(path, e))?;
+        let content = Content::read(&mut file).map_err(|e| ModelError::Gguf {
+            path: path.to_path_buf(),
+            message: format!("reading the template: {e}"),
+        })?;
+        let mut infos: Vec<(&String, &gguf_file::TensorInfo)> =
+            content.tensor_infos.iter().collect();
+        infos.sort_by_key(|(_, info)| info.offset);
+        let tensors = infos
+            .into_iter()
+            .map(|(n, info)| (n.clone(), info.shape.dims().to_vec()))
+            .collect();
+        Ok(GgufTemplate {
+            path: path.to_path_buf(),
+            metadata: content.metadata,
+            tensors,
+        })
+    }
+}
+
+/// Writes `weights` (HF names) of a model with `config` to `out`, as a GGUF file whose
+/// metadata and tensor names come from `template`. The file is written beside `out` and
+/// renamed into place, so a reader never sees half of it.
+pub fn write_gguf(
+    weights: &[(String, Tensor)],
+    config: &ModelConfig,
+    template: &GgufTemplate,
+    out: &Path,
+    dtype: GgufDtype,
+) -> Result<()> {
+    let err = |message: String| ModelError::Gguf {
+        path: template.path.clone(),
+        message,
+    };
+    let mut by_name: HashMap<&str, &Tensor> =
+        weights.iter().map(|(n, t)| (n.as_str(), t)).collect();
+    let mut tensors: Vec<(&str, QTensor)> = Vec::with_capacity(template.tensors.len());
+    for (name, shape) in &template.tensors {
+        let hf = hf_name(name).ok_or_else(|| err(format!("tensor `{name}` has no HF name")))?;
+        let t = by_name.remove(hf.as_str()).ok_or_else(|| {
+            err(format!(
+                "the policy has no `{hf}` for the template's `{name}`"
+            ))
+        })?;
+        let mut t = tch::no_grad(|| t.detach().to_device(tch::Device::Cpu).to_kind(Kind::Float));
+        if config.arch == Arch::Llama && name.ends_with(".weight") {
+            if name.contains(".attn_q.") {
+                t = permute(&t, config.num_heads);
+            } else if name.contains(".attn_k.") {
+                t = permute(&t, config.num_kv_heads);
+            }
+        }
+        let dims: Vec<usize> = t.size().iter().map(|&d| d as usize).collect();
+        if &dims != shape {
+            return Err(err(format!(
+                "`{name}`: the policy's `{hf}` is {dims:?}, the template's {shape:?}"
+            )));
+        }
+        let data = Vec::<f32>::try_from(t.contiguous().flatten(0, -1))
+            .map_err(|e| err(format!("`{hf}`: {e}")))?;
+        let ct = candle_core::Tensor::from_vec(data, dims.as_slice(), &candle_core::Device::Cpu)
+            .map_err(|e| err(format!("`{name}`: {e}")))?;
+        let ty = if dims.len() == 1 {
+            GgmlDType::F32
+        } else {
+            dtype.ggml()
+        };
+        let q = QTensor::quantize(&ct, ty).map_err(|e| err(format!("`{name}`: {e}")))?;
+        tensors.push((name.as_str(), q));
+    }
+    // Tied heads have no tensor of their own in GGUF; anything else left over is lost weight.
+    by_name
+        .remove("lm_head.weight")
+        .filter(|_| !config.tie_embeddings);
+    if let Some(left) = by_name.keys().min() {
+        return Err(err(format!(
+            "the template has no tensor for the policy's `{left}` (another model's file?)"
+        )));
+    }
+    let file_type = Value::U32(dtype.file_type());
+    let mut metadata: Vec<(&str, &Value)> = template
+        .metadata
+        .iter()
+        // The writer aligns to GGUF's default of 32 bytes; a template's own alignment would lie.
+        .filter(|(k, _)| k.as_str() != "general.alignment" && k.as_str() != "general.file_type")
+        .map(|(k, v)| (k.as_str(), v))
+        .collect();
+    metadata.push(("general.file_type", &file_type));
+    metadata.sort_by_key(|(k, _)| *k);
+    let refs: Vec<(&str, &QTensor)> = tensors.iter().map(|(n, q)| (*n, q)).collect();
+    let tmp = out.with_extension("gguf.partial");
+    let write = || -> std::result::Result<(), String> {
+        let f = std::fs::File::create(&tmp).map_err(|e| e.to_string())?;
+        let mut w = std::io::BufWriter::new(f);
+        gguf_file::write(&mut w, &metadata, &refs).map_err(|e| e.to_string())?;
+        use std::io::Write;
+        w.flush().map_err(|e| e.to_string())
+    };
+    write().map_err(|e| ModelError::Gguf {
+        path: tmp.clone(),
+        message: format!("writing: {e}"),
+    })?;
+    std::fs::rename(&tmp, out).map_err(|e| ModelError::io(out, e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn permute_is_the_inverse_of_loading() {
+        let t = Tensor::arange(8 * 3, (Kind::Float, tch::Device::Cpu)).reshape([8, 3]);
+        let back = crate::load::gguf::unpermute_rows(&permute(&t, 2), 2);
+        assert!(back.equal(&t));
+    }
+}
