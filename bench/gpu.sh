@@ -6,7 +6,8 @@
 #!
 #! Usage: bench/gpu.sh [BIN_DIR]
 #!   BIN_DIR holds `fulcrum` and `engine-bench` built for that machine's libtorch (default
-#!   target/release and target/release/examples, i.e. a build on the GPU machine itself:
+#!   target/release and target/release/examples, i.e. a build on the GPU machine itself, or on any
+#!   machine after `scripts/setup-libtorch.sh --nccl` (it adds the CUDA headers NCCL's need):
 #!   `cargo build --release -p fulcrum --features fulcrum-dist/nccl && cargo build --release
 #!   -p fulcrum-model --example engine-bench`). The binaries find libtorch through
 #!   LD_LIBRARY_PATH, set here from the machine's own `python -c 'import torch'`.

@@ -4,6 +4,9 @@
 #! `.cargo/config.toml` can name `.venv/site/torch` without knowing the Python version.
 #! The wheel ships c10d's headers but not Gloo's, which crates/fulcrum-dist's shim also needs:
 #! they come from Debian's libgloo-dev, unpacked (no root needed) into `.venv/gloo`.
+#! `--nccl` also installs the CUDA headers that ProcessGroupNCCL's headers include and the wheel
+#! lacks (nvidia-cuda-crt: crt/host_config.h; nvidia-cuda-cccl: nv/target), at the CUDA version of
+#! the wheel's own runtime, so that `--features fulcrum-dist/nccl` builds on a machine without CUDA.
 #! Idempotent: a second run checks a stamp file and returns at once.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -27,8 +30,29 @@ gloo_headers() {
     rm -rf "$tmp"
 }
 
+WANT_NCCL=0
+for arg in "$@"; do
+    case $arg in
+        --nccl) WANT_NCCL=1 ;;
+        *) echo "setup-libtorch: unknown argument $arg (the only one is --nccl)" >&2; exit 2 ;;
+    esac
+done
+
+nccl_headers() {
+    [[ $WANT_NCCL == 1 ]] || return 0
+    if [[ -f .venv/site/nvidia/cu13/include/crt/host_config.h && -d .venv/site/nvidia/cu13/include/nv ]]; then
+        return 0
+    fi
+    local cuda
+    cuda=$(.venv/bin/python -c 'import importlib.metadata as m; print(".".join(m.version("nvidia-cuda-runtime").split(".")[:2]))')
+    echo "setup-libtorch: installing CUDA $cuda headers (nvidia-cuda-crt, nvidia-cuda-cccl) for the NCCL shim" >&2
+    .venv/bin/python -m pip install --quiet --disable-pip-version-check --no-deps \
+        "nvidia-cuda-crt==$cuda.*" "nvidia-cuda-cccl==$cuda.*"
+}
+
 if [[ -f $STAMP && -f .venv/site/torch/lib/libtorch.so ]]; then
     gloo_headers
+    nccl_headers
     exit 0
 fi
 PYTHON=${PYTHON:-python3}
@@ -45,5 +69,6 @@ if [[ $got != "$TORCH_VERSION" ]]; then
     exit 1
 fi
 gloo_headers
+nccl_headers
 touch "$STAMP"
 echo "setup-libtorch: torch $got ready in .venv/site/torch" >&2
