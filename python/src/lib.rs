@@ -35,6 +35,7 @@ fn rule_params(ba_count: &str, l_norm: Option<f64>, lengths: &[i64]) -> PyResult
     let params = RuleParams {
         ba_count: parse("ba_count", ba_count)?,
         l_norm: l_norm.unwrap_or_else(|| analysis::default_l_norm(lengths)),
+        ..RuleParams::default()
     };
     params.validate().map_err(core_error)?;
     Ok(params)

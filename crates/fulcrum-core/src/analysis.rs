@@ -44,6 +44,7 @@ pub struct LengthReport {
     pub frac_all_wrong: f64,
     pub frac_mixed: f64,
     pub len_cv: Option<f64>,
+    pub len_cv_side: Option<f64>,
     pub len_gap: Option<f64>,
     pub len_gap_rel: Option<f64>,
     pub len_mean: f64,
@@ -57,6 +58,7 @@ impl From<&LengthDiagnostics> for LengthReport {
         let LengthDiagnostics {
             len_mean,
             len_cv,
+            len_cv_side,
             len_pos_mean,
             len_neg_mean,
             len_gap,
@@ -70,6 +72,7 @@ impl From<&LengthDiagnostics> for LengthReport {
             frac_all_wrong,
             frac_mixed,
             len_cv,
+            len_cv_side,
             len_gap,
             len_gap_rel,
             len_mean,

@@ -8,7 +8,10 @@
 //!   *all-wrong* when it is not mixed and every reward is `> 0` / `<= 0`;
 //! - `len_pos_mean` / `len_neg_mean` pool the responses with `A > 0` / `A < 0` of the mixed
 //!   groups; `len_gap_rel` divides the gap by the mean length of all responses of those groups;
-//! - `len_weight_corr` is taken over the responses that carry gradient (`A != 0`, `L > 0`).
+//! - `len_weight_corr` is taken over the responses that carry gradient (`A != 0`, `L > 0`);
+//! - `len_cv_side` is the CV (population std over mean) of the lengths of one side (`A > 0` or
+//!   `A < 0`) of one group, averaged over the sides that hold two or more responses;
+//! - [`update_cosine`] compares two rules on the effective update weights `w_i L_i |A_i|`.
 //!
 //! Undefined values (no mixed group, no negative mass, ...) are `None`, `null` in JSON.
 
@@ -25,6 +28,9 @@ pub struct LengthDiagnostics {
     pub len_mean: f64,
     /// Within-group `std(L)/mean(L)`, averaged over groups of two or more.
     pub len_cv: Option<f64>,
+    /// Within-side `std(L)/mean(L)` (the responses of one group with `A > 0`, or with
+    /// `A < 0`), averaged over the sides of two or more responses.
+    pub len_cv_side: Option<f64>,
     /// `Lbar+`: mean length of the positive-advantage responses of mixed groups.
     pub len_pos_mean: Option<f64>,
     /// `Lbar-`: mean length of the negative-advantage responses of mixed groups.
@@ -129,6 +135,33 @@ pub fn rule_mass(batch: &StepBatch, weights: &[f64]) -> RuleMass {
     }
 }
 
+/// The cosine between the effective update weights `w_i L_i |A_i|` of two rules' weight
+/// vectors on `batch`: how alike the two updates are, whatever their scale (Adam and clipping
+/// remove scale). `None` when either vector is all zero.
+pub fn update_cosine(batch: &StepBatch, a: &[f64], b: &[f64]) -> Option<f64> {
+    let (mut ab, mut aa, mut bb) = (0.0, 0.0, 0.0);
+    for (((_, l, adv), wa), wb) in batch.rows().zip(a).zip(b) {
+        let (x, y) = (wa * l * adv.abs(), wb * l * adv.abs());
+        ab += x * y;
+        aa += x * x;
+        bb += y * y;
+    }
+    (aa > 0.0 && bb > 0.0).then(|| (ab / (aa.sqrt() * bb.sqrt())).min(1.0))
+}
+
+/// Population CV of one side's lengths (`None` for fewer than two or a zero mean).
+fn side_cv(lengths: &[f64]) -> Option<f64> {
+    if lengths.len() < 2 {
+        return None;
+    }
+    let m = mean(lengths)?;
+    if m <= 0.0 {
+        return None;
+    }
+    let var = lengths.iter().map(|l| (l - m) * (l - m)).sum::<f64>() / lengths.len() as f64;
+    Some(var.sqrt() / m)
+}
+
 /// Per-group tallies for the length diagnostics (running sums: no per-group allocation).
 #[derive(Default, Clone)]
 struct GroupTally {
@@ -175,6 +208,21 @@ pub fn length_diagnostics(
         .map(|t| (t.m2 / t.n).max(0.0).sqrt() / t.mean)
         .collect();
 
+    // Each group's two sides, for the within-side CV.
+    let mut sides = vec![(Vec::new(), Vec::new()); groups.len()];
+    for (g, l, a) in batch.rows() {
+        if a > 0.0 {
+            sides[g].0.push(l);
+        } else if a < 0.0 {
+            sides[g].1.push(l);
+        }
+    }
+    let side_cvs: Vec<f64> = sides
+        .iter()
+        .flat_map(|(p, n)| [side_cv(p), side_cv(n)])
+        .flatten()
+        .collect();
+
     let (mut pos, mut neg, mut all_mixed) = (Vec::new(), Vec::new(), Vec::new());
     for (g, l, a) in batch.rows() {
         if mixed(&groups[g]) {
@@ -199,6 +247,7 @@ pub fn length_diagnostics(
     Ok(LengthDiagnostics {
         len_mean: mean(batch.lengths()).unwrap_or(0.0),
         len_cv: mean(&cvs),
+        len_cv_side: mean(&side_cvs),
         len_pos_mean,
         len_neg_mean,
         len_gap,
@@ -258,6 +307,39 @@ mod tests {
         let m = rule_mass(&b, &Rule::Token.weights(&b, &RuleParams::default()));
         assert_eq!(m.mass_ratio, None);
         assert_eq!(m.len_weight_corr, None);
+    }
+
+    #[test]
+    fn within_side_cv_and_update_cosine() {
+        // Group 0: positives 2, 6 (cv 0.5), negatives 4, 4 (cv 0); group 1: one of each side.
+        let b = StepBatch::new(
+            &[0, 0, 0, 0, 1, 1],
+            &[2, 6, 4, 4, 3, 9],
+            &[1.0, 1.0, -1.0, -1.0, 1.0, -1.0],
+        )
+        .unwrap();
+        let d = length_diagnostics(&b, &[1.0, 1.0, 0.0, 0.0, 1.0, 0.0]).unwrap();
+        assert!(
+            (d.len_cv_side.unwrap() - 0.25).abs() < 1e-12,
+            "{:?}",
+            d.len_cv_side
+        );
+        let p = RuleParams::default();
+        let w = |r: Rule| r.weights(&b, &p);
+        let same = update_cosine(&b, &w(Rule::Seq), &w(Rule::Seq)).unwrap();
+        assert!((same - 1.0).abs() < 1e-12);
+        // Scale does not matter; direction does.
+        let doubled: Vec<f64> = w(Rule::Token).iter().map(|x| 2.0 * x).collect();
+        let c = update_cosine(&b, &w(Rule::Token), &doubled).unwrap();
+        assert!((c - 1.0).abs() < 1e-12);
+        let c = update_cosine(&b, &w(Rule::Token), &w(Rule::Seq)).unwrap();
+        assert!(c < 0.99 && c > 0.0, "{c}");
+        // By hand: token's effective weights are proportional to L, seq's constant.
+        let l = [2.0f64, 6.0, 4.0, 4.0, 3.0, 9.0];
+        let want =
+            l.iter().sum::<f64>() / ((l.iter().map(|x| x * x).sum::<f64>()).sqrt() * 6f64.sqrt());
+        assert!((c - want).abs() < 1e-12, "{c} vs {want}");
+        assert_eq!(update_cosine(&b, &[0.0; 6], &w(Rule::Seq)), None);
     }
 
     #[test]

@@ -38,8 +38,8 @@ impl Rule {
             Rule::Seq => seq(batch),
             Rule::SeqSum => seq_sum(batch),
             Rule::DrGrpo => drgrpo(batch, params.l_norm),
-            Rule::Ba => ba(batch, params.ba_count),
-            Rule::BaBatch => ba_batch(batch, params.ba_count),
+            Rule::Ba => ba(batch, params.ba_count, params.ba_pos_scale),
+            Rule::BaBatch => ba_batch(batch, params.ba_count, params.ba_pos_scale),
         }
     }
 }
@@ -63,6 +63,11 @@ pub struct RuleParams {
     pub ba_count: BaCount,
     /// `drgrpo`'s constant `L_norm` (the config's max response length).
     pub l_norm: f64,
+    /// `lambda`, a factor on BA's positive-side weights (`ba`, `ba-batch`; 1 = BA as published).
+    /// BA gives the two sides of a group equal per-response push; `lambda` sets their ratio, so
+    /// the side-length coupling of `token` (ratio `Lbar+ / Lbar-`) can be emulated at any value
+    /// with no length confound: a dose-response test of the mechanism.
+    pub ba_pos_scale: f64,
 }
 
 impl Default for RuleParams {
@@ -70,18 +75,21 @@ impl Default for RuleParams {
         Self {
             ba_count: BaCount::Group,
             l_norm: 1024.0,
+            ba_pos_scale: 1.0,
         }
     }
 }
 
 impl RuleParams {
-    /// Checks the ranges: `l_norm` finite and > 0.
+    /// Checks the ranges: `l_norm` and `ba_pos_scale` finite and > 0.
     pub fn validate(&self) -> Result<(), CoreError> {
-        if !(self.l_norm.is_finite() && self.l_norm > 0.0) {
-            return Err(CoreError::InvalidParam {
-                name: "l_norm",
-                why: format!("must be a finite number > 0, got {}", self.l_norm),
-            });
+        for (name, x) in [("l_norm", self.l_norm), ("ba_pos_scale", self.ba_pos_scale)] {
+            if !(x.is_finite() && x > 0.0) {
+                return Err(CoreError::InvalidParam {
+                    name,
+                    why: format!("must be a finite number > 0, got {x}"),
+                });
+            }
         }
         Ok(())
     }
@@ -209,19 +217,20 @@ impl BaScope {
         }
     }
 
-    /// `1 / (scale * W * Lbar±)` for the subset response `(l, a)` falls in, 0 when `A = 0`.
-    fn weight(&self, l: f64, a: f64, count: BaCount, scale: f64) -> f64 {
+    /// `1 / (scale * W * Lbar±)` for the subset response `(l, a)` falls in, times `pos_scale`
+    /// on the positive side; 0 when `A = 0`.
+    fn weight(&self, l: f64, a: f64, count: BaCount, scale: f64, pos_scale: f64) -> f64 {
         if l <= 0.0 {
             return 0.0;
         }
-        let subset = if a > 0.0 {
-            &self.pos
+        let (subset, factor) = if a > 0.0 {
+            (&self.pos, pos_scale)
         } else if a < 0.0 {
-            &self.neg
+            (&self.neg, 1.0)
         } else {
             return 0.0;
         };
-        inv(scale * self.w(count) * subset.mean_len())
+        factor * inv(scale * self.w(count) * subset.mean_len())
     }
 }
 
@@ -233,8 +242,10 @@ impl BaScope {
 /// J   = (1/M) * sum_g J_g
 /// ```
 ///
-/// so `w_i = 1 / (M * W_g * Lbar±_g)` for `i` in `P_g` / `N_g`, and 0 when `A_i = 0`.
-pub fn ba(batch: &StepBatch, count: BaCount) -> Vec<f64> {
+/// so `w_i = 1 / (M * W_g * Lbar±_g)` for `i` in `P_g` / `N_g`, and 0 when `A_i = 0`; the
+/// positive side's weights are multiplied by `pos_scale` (`lambda`, 1 as published), which makes
+/// the group's positive:negative mass ratio `lambda` when the advantages are balanced.
+pub fn ba(batch: &StepBatch, count: BaCount, pos_scale: f64) -> Vec<f64> {
     let mut scopes = vec![BaScope::default(); batch.n_groups()];
     for (g, l, a) in batch.rows() {
         scopes[g].add(l, a);
@@ -242,20 +253,20 @@ pub fn ba(batch: &StepBatch, count: BaCount) -> Vec<f64> {
     let m = batch.n_groups() as f64;
     batch
         .rows()
-        .map(|(g, l, a)| scopes[g].weight(l, a, count, m))
+        .map(|(g, l, a)| scopes[g].weight(l, a, count, m, pos_scale))
         .collect()
 }
 
 /// `ba-batch`: the BA formula applied once to the whole batch (`P`, `N` pooled over all groups,
-/// `W = S` or `n+ + n-`, and no `1/M`): `w_i = 1 / (W * Lbar±)`.
-pub fn ba_batch(batch: &StepBatch, count: BaCount) -> Vec<f64> {
+/// `W = S` or `n+ + n-`, and no `1/M`): `w_i = 1 / (W * Lbar±)`, `pos_scale` as in [`ba`].
+pub fn ba_batch(batch: &StepBatch, count: BaCount, pos_scale: f64) -> Vec<f64> {
     let mut scope = BaScope::default();
     for (_, l, a) in batch.rows() {
         scope.add(l, a);
     }
     batch
         .rows()
-        .map(|(_, l, a)| scope.weight(l, a, count, 1.0))
+        .map(|(_, l, a)| scope.weight(l, a, count, 1.0, pos_scale))
         .collect()
 }
 
@@ -297,20 +308,60 @@ mod tests {
     fn ba_drops_the_empty_subset_term() {
         // Only positive responses: the negative term is dropped, no NaN.
         let b = batch(&[0, 0, 0], &[2, 4, 6], &[1.0, 1.0, 0.0]);
-        let w = ba(&b, BaCount::Group);
+        let w = ba(&b, BaCount::Group, 1.0);
         assert_eq!(w, vec![1.0 / (3.0 * 3.0), 1.0 / (3.0 * 3.0), 0.0]);
-        let w = ba(&b, BaCount::Signed);
+        let w = ba(&b, BaCount::Signed, 1.0);
         assert_eq!(w, vec![1.0 / (2.0 * 3.0), 1.0 / (2.0 * 3.0), 0.0]);
     }
 
     #[test]
-    fn invalid_l_norm_is_an_error() {
+    fn invalid_l_norm_or_pos_scale_is_an_error() {
         for bad in [0.0, -1.0, f64::NAN, f64::INFINITY] {
             let p = RuleParams {
                 l_norm: bad,
                 ..RuleParams::default()
             };
             assert!(p.validate().is_err(), "{bad}");
+            let p = RuleParams {
+                ba_pos_scale: bad,
+                ..RuleParams::default()
+            };
+            let err = p.validate().map_err(|e| e.to_string()).err();
+            assert!(err.is_some_and(|e| e.contains("ba_pos_scale")), "{bad}");
+        }
+    }
+
+    #[test]
+    fn ba_pos_scale_sets_the_side_mass_ratio_and_nothing_else() {
+        // Lengths differ within and across sides; GRPO-style balanced advantages.
+        let b = batch(
+            &[0, 0, 0, 0, 1, 1, 1],
+            &[3, 9, 20, 40, 5, 6, 7],
+            &[1.0, 1.0, -1.0, -1.0, 2.0, -1.0, -1.0],
+        );
+        let plain = ba(&b, BaCount::Group, 1.0);
+        for lambda in [1.0 / 3.0, 0.5, 2.0, 3.0] {
+            let scaled = ba(&b, BaCount::Group, lambda);
+            for (i, (&w, &w0)) in scaled.iter().zip(&plain).enumerate() {
+                let want = if b.advantages()[i] > 0.0 {
+                    lambda * w0
+                } else {
+                    w0
+                };
+                assert!((w - want).abs() < 1e-15, "{lambda} row {i}");
+            }
+            // Group 0 (|A| equal on both sides): token mass ratio P/N is exactly lambda.
+            let mass = |sign: f64| -> f64 {
+                (0..4)
+                    .filter(|&i| b.advantages()[i] * sign > 0.0)
+                    .map(|i| scaled[i] * b.lengths()[i] * b.advantages()[i].abs())
+                    .sum()
+            };
+            assert!((mass(1.0) / mass(-1.0) - lambda).abs() < 1e-12, "{lambda}");
+            let batch_scaled = ba_batch(&b, BaCount::Signed, lambda);
+            let batch_plain = ba_batch(&b, BaCount::Signed, 1.0);
+            assert!((batch_scaled[0] / batch_plain[0] - lambda).abs() < 1e-12);
+            assert_eq!(batch_scaled[2], batch_plain[2]);
         }
     }
 }

@@ -97,7 +97,7 @@ proptest! {
     fn sign_balance(r in binary_groups(1, 10), est in prop::sample::select(vec![Estimator::Grpo, Estimator::Mean]), count in any_count()) {
         let (batch, adv) = r.batch(est);
         for rule in [Rule::Ba, Rule::Seq] {
-            let w = rule.weights(&batch, &RuleParams { ba_count: count, l_norm: 1.0 });
+            let w = rule.weights(&batch, &RuleParams { ba_count: count, l_norm: 1.0, ba_pos_scale: 1.0 });
             for (g, (pos, neg)) in group_masses(&r, &adv, &w).into_iter().enumerate() {
                 prop_assert!(close(pos, neg), "{rule} group {g}: {pos} vs {neg}");
             }
@@ -123,7 +123,7 @@ proptest! {
     #[test]
     fn ba_weighs_tokens_equally_within_a_sign_subset(r in real_groups(), est in any_estimator(), count in any_count()) {
         let (batch, adv) = r.batch(est);
-        let w = Rule::Ba.weights(&batch, &RuleParams { ba_count: count, l_norm: 1.0 });
+        let w = Rule::Ba.weights(&batch, &RuleParams { ba_count: count, l_norm: 1.0, ba_pos_scale: 1.0 });
         for i in 0..w.len() {
             for j in 0..w.len() {
                 let same_subset = r.groups[i] == r.groups[j]
@@ -146,7 +146,7 @@ proptest! {
     ) {
         let r = Rollouts::from_groups(rewards.into_iter().map(|g| g.into_iter().map(|x| (x, len)).collect()).collect());
         let (batch, adv) = r.batch(Estimator::Grpo);
-        let p = RuleParams { ba_count: count, l_norm: 1.0 };
+        let p = RuleParams { ba_count: count, l_norm: 1.0, ba_pos_scale: 1.0 };
         let token = Rule::Token.weights(&batch, &p);
         for rule in [Rule::Ba, Rule::Seq, Rule::TokenGroup] {
             let w = rule.weights(&batch, &p);
@@ -213,7 +213,7 @@ proptest! {
             prop_assert!(losses[i].iter().all(|l| *l == 0.0));
         }
         for &rule in Rule::ALL {
-            let w = rule.weights(&batch, &RuleParams { ba_count: count, l_norm: 64.0 });
+            let w = rule.weights(&batch, &RuleParams { ba_count: count, l_norm: 64.0, ba_pos_scale: 1.0 });
             let only_g: Vec<f64> = (0..w.len()).map(|i| if r.groups[i] == g { w[i] } else { 0.0 }).collect();
             prop_assert_eq!(weighted_loss(&only_g, &losses).unwrap(), 0.0);
         }
@@ -232,7 +232,7 @@ proptest! {
         let (new, old) = logprobs(&r.lengths, seed);
         let assign: Vec<usize> = (0..n).map(|i| (splitmix(assign_seed ^ i as u64) % parts as u64) as usize).collect();
         for &rule in Rule::ALL {
-            let w = rule.weights(&batch, &RuleParams { ba_count: count, l_norm: 300.0 });
+            let w = rule.weights(&batch, &RuleParams { ba_count: count, l_norm: 300.0, ba_pos_scale: 1.0 });
             let mut full_grad = vec![];
             let mut full_losses = vec![];
             for i in 0..n {
@@ -301,6 +301,7 @@ fn zero_length_responses_never_divide_by_zero() {
                 &RuleParams {
                     ba_count: count,
                     l_norm: 8.0,
+                    ba_pos_scale: 1.0,
                 },
             );
             assert!(

@@ -107,7 +107,11 @@ fn every_case_of_the_spec_vectors_is_reproduced() {
         let rules = expected["rules"].as_object().expect("rules");
         for (key, want) in rules {
             let (rule, ba_count) = parse_rule_key(key);
-            let params = RuleParams { ba_count, l_norm };
+            let params = RuleParams {
+                ba_count,
+                l_norm,
+                ..RuleParams::default()
+            };
             let w = rule.weights(&batch, &params);
             assert_all_close(
                 &format!("{name}: {key}: weights"),

@@ -9,6 +9,7 @@
 
 use std::time::Instant;
 
+use fulcrum_core::diagnostics::update_cosine;
 use fulcrum_core::{advantages, Diagnostics, RuleParams, StepBatch};
 use fulcrum_tasks::Task;
 use serde_json::{json, Value};
@@ -95,6 +96,7 @@ pub fn grpo_step(
     let params = RuleParams {
         ba_count: cfg.ba_count,
         l_norm: cfg.l_norm(),
+        ba_pos_scale: cfg.ba_pos_scale,
     };
     let diag = Diagnostics::compute(&batch, &rewards, &params)?;
     let weights = cfg.rule.weights(&batch, &params);
@@ -140,7 +142,9 @@ pub fn grpo_step(
     };
 
     // 9. Metrics: rewards, lengths, every rule's diagnostics, the optimisation, timings.
-    let metrics = step_metrics(step, &drawn, &rewards, &diag, &stats, &opt, &times, &check);
+    let metrics = step_metrics(
+        step, &drawn, &rewards, &batch, &weights, &diag, &stats, &opt, &times, &check,
+    );
     let samples = rollouts
         .iter()
         .step_by(cfg.rollout.group_size.max(1))
@@ -165,6 +169,8 @@ fn step_metrics(
     step: u64,
     drawn: &Drawn,
     rewards: &[f64],
+    batch: &StepBatch,
+    weights: &[f64],
     diag: &Diagnostics,
     stats: &MicroStats,
     opt: &OptSummary,
@@ -186,15 +192,22 @@ fn step_metrics(
         len_neg_mean: l.len_neg_mean,
         len_gap: l.len_gap,
         len_gap_rel: l.len_gap_rel,
+        len_cv_side: l.len_cv_side,
         groups_mixed: l.frac_mixed,
         groups_all_correct: l.frac_all_correct,
         groups_all_wrong: l.frac_all_wrong,
-        rules: RuleMasses(
-            diag.rules
+        rules: RuleMasses {
+            mass: diag
+                .rules
                 .iter()
                 .map(|d| (d.rule, d.mass.clone()))
                 .collect(),
-        ),
+            update_cos: diag
+                .rules
+                .iter()
+                .map(|d| (d.rule, update_cosine(batch, &d.weights, weights)))
+                .collect(),
+        },
         loss_total: stats.loss,
         loss_policy: stats.policy_loss,
         clip_frac_low: stats.clipped[0] / tokens,

@@ -50,6 +50,10 @@ pub struct Config {
     pub rule: Rule,
     /// BA's count `W_g`: group or signed.
     pub ba_count: BaCount,
+    /// A factor `lambda` on BA's positive-side weights (`ba`, `ba-batch`; 1 = BA as published):
+    /// the positive:negative push ratio of a balanced group, for dose-response tests of the
+    /// side-balance mechanism (`token` gives that ratio as `Lbar+ / Lbar-`).
+    pub ba_pos_scale: f64,
     /// `drgrpo`'s `L_norm`; `None` means `rollout.max_response_len`.
     pub drgrpo_l_norm: Option<f64>,
     /// Advantage estimator: grpo, mean, rloo, opo.
@@ -288,6 +292,7 @@ impl Default for Config {
             steps: 60,
             rule: Rule::Ba,
             ba_count: BaCount::Group,
+            ba_pos_scale: 1.0,
             drgrpo_l_norm: None,
             advantage: Estimator::Grpo,
             eval_every: 10,

@@ -2,6 +2,7 @@
 
 use super::Config;
 use crate::TrainError;
+use fulcrum_core::Rule;
 
 impl Config {
     /// Range checks that types cannot express.
@@ -167,6 +168,23 @@ impl Config {
             if !(l > 0.0 && l.is_finite()) {
                 return bad("drgrpo_l_norm", format!("must be finite and > 0, got {l}"));
             }
+        }
+        let lambda = self.ba_pos_scale;
+        if !(lambda > 0.0 && lambda.is_finite()) {
+            return bad(
+                "ba_pos_scale",
+                format!("must be finite and > 0, got {lambda}"),
+            );
+        }
+        if lambda != 1.0 && !matches!(self.rule, Rule::Ba | Rule::BaBatch) {
+            return bad(
+                "ba_pos_scale",
+                format!(
+                    "scales BA's positive side and means nothing under rule {}: use rule ba or \
+                     ba-batch, or leave it at 1",
+                    self.rule
+                ),
+            );
         }
         if self.eval.k == 0 {
             return bad("eval.k", "must be >= 1".into());

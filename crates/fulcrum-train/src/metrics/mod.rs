@@ -43,6 +43,10 @@ pub struct StepMetrics {
     pub len_gap: Option<f64>,
     #[serde(rename = "len/gap_rel")]
     pub len_gap_rel: Option<f64>,
+    /// Length CV within each side (`A > 0`, `A < 0`) of each group, averaged over the sides of
+    /// two or more responses: the within-side variation that separates `ba` from `token-group`.
+    #[serde(rename = "len/cv_side")]
+    pub len_cv_side: Option<f64>,
     /// Fractions of groups with mixed, all-correct and all-wrong rewards.
     #[serde(rename = "groups/mixed", deserialize_with = "nan_if_null")]
     pub groups_mixed: f64,
@@ -50,7 +54,8 @@ pub struct StepMetrics {
     pub groups_all_correct: f64,
     #[serde(rename = "groups/all_wrong", deserialize_with = "nan_if_null")]
     pub groups_all_wrong: f64,
-    /// Every rule's masses on this batch (`mass_pos/<rule>`, ...), whichever rule trained.
+    /// Every rule's masses on this batch (`mass_pos/<rule>`, ...), whichever rule trained, and
+    /// the cosine of each rule's update weights with the trained rule's (`update_cos/<rule>`).
     #[serde(flatten)]
     pub rules: RuleMasses,
     /// The loss as back-propagated (policy + regularisers), summed over the step's updates.
@@ -158,7 +163,7 @@ impl StepMetrics {
 
     /// The masses of `rule` on this step's batch (all NaN / `None` if the line lacks them).
     pub fn mass(&self, rule: Rule) -> RuleMass {
-        self.rules.0.get(&rule).cloned().unwrap_or(RuleMass {
+        self.rules.mass.get(&rule).cloned().unwrap_or(RuleMass {
             mass_pos: f64::NAN,
             mass_neg: f64::NAN,
             mass_ratio: None,
@@ -168,22 +173,45 @@ impl StepMetrics {
 }
 
 /// Every rule's [`RuleMass`], written as the keys `mass_pos/<rule>`, `mass_neg/<rule>`,
-/// `mass_ratio/<rule>` and `len_weight_corr/<rule>`.
+/// `mass_ratio/<rule>` and `len_weight_corr/<rule>`, and the manipulation check
+/// `update_cos/<rule>`: the cosine between that rule's effective update weights
+/// `w_i * L_i * |A_i|` and the trained rule's on this batch (1 for the trained rule itself;
+/// `None` when either has no mass), which says how different the rules' updates really were.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct RuleMasses(pub BTreeMap<Rule, RuleMass>);
+pub struct RuleMasses {
+    pub mass: BTreeMap<Rule, RuleMass>,
+    pub update_cos: BTreeMap<Rule, Option<f64>>,
+}
 
-const MASS_KEYS: [&str; 4] = ["mass_pos", "mass_neg", "mass_ratio", "len_weight_corr"];
+impl RuleMasses {
+    /// The cosine of `rule`'s update weights with the trained rule's (`None`: not recorded or
+    /// undefined).
+    pub fn update_cos(&self, rule: Rule) -> Option<f64> {
+        self.update_cos.get(&rule).copied().flatten()
+    }
+}
+
+const MASS_KEYS: [&str; 5] = [
+    "mass_pos",
+    "mass_neg",
+    "mass_ratio",
+    "len_weight_corr",
+    "update_cos",
+];
 
 impl Serialize for RuleMasses {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         use serde::ser::SerializeMap;
-        let mut map = s.serialize_map(Some(self.0.len() * MASS_KEYS.len()))?;
-        for (rule, m) in &self.0 {
+        let mut map = s.serialize_map(Some(self.mass.len() * MASS_KEYS.len()))?;
+        for (rule, m) in &self.mass {
             let name = rule.name();
             map.serialize_entry(&format!("mass_pos/{name}"), &m.mass_pos)?;
             map.serialize_entry(&format!("mass_neg/{name}"), &m.mass_neg)?;
             map.serialize_entry(&format!("mass_ratio/{name}"), &m.mass_ratio)?;
             map.serialize_entry(&format!("len_weight_corr/{name}"), &m.len_weight_corr)?;
+        }
+        for (rule, c) in &self.update_cos {
+            map.serialize_entry(&format!("update_cos/{}", rule.name()), c)?;
         }
         map.end()
     }
@@ -194,7 +222,7 @@ impl<'de> Deserialize<'de> for RuleMasses {
     /// here too, through `flatten`, and are left alone).
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let rest = BTreeMap::<String, serde_json::Value>::deserialize(d)?;
-        let mut out: BTreeMap<Rule, RuleMass> = BTreeMap::new();
+        let mut out = RuleMasses::default();
         for (key, value) in rest {
             let Some((kind, rule)) = key.split_once('/') else {
                 continue;
@@ -204,7 +232,11 @@ impl<'de> Deserialize<'de> for RuleMasses {
             }
             let rule: Rule = rule.parse().map_err(serde::de::Error::custom)?;
             let x = value.as_f64();
-            let m = out.entry(rule).or_default();
+            if kind == "update_cos" {
+                out.update_cos.insert(rule, x);
+                continue;
+            }
+            let m = out.mass.entry(rule).or_default();
             match kind {
                 "mass_pos" => m.mass_pos = x.unwrap_or(f64::NAN),
                 "mass_neg" => m.mass_neg = x.unwrap_or(f64::NAN),
@@ -212,7 +244,7 @@ impl<'de> Deserialize<'de> for RuleMasses {
                 _ => m.len_weight_corr = x,
             }
         }
-        Ok(RuleMasses(out))
+        Ok(out)
     }
 }
 
@@ -234,7 +266,8 @@ mod tests {
             loss_total: f64::NAN,
             ..StepMetrics::default()
         };
-        m.rules.0.insert(
+        m.rules.update_cos.insert(Rule::Seq, Some(0.75));
+        m.rules.mass.insert(
             Rule::BaBatch,
             RuleMass {
                 mass_pos: 0.6,
@@ -260,6 +293,9 @@ mod tests {
         assert!(back.loss_total.is_nan());
         assert_eq!(back.mass(Rule::BaBatch).mass_ratio, Some(1.5));
         assert_eq!(back.len_cv, Some(0.25));
+        assert_eq!(back.rules.update_cos(Rule::Seq), Some(0.75));
+        assert_eq!(back.rules.update_cos(Rule::Ba), None);
+        assert!(line.contains("\"update_cos/seq\":0.75"), "{line}");
         assert!(back.mass(Rule::Token).mass_pos.is_nan());
     }
 }

@@ -73,6 +73,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         l_norm: args
             .l_norm
             .unwrap_or_else(|| analysis::default_l_norm(&rollouts.lengths)),
+        ..RuleParams::default()
     };
     params.validate().context("--l-norm")?;
 
