@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use crate::data::registry::{Benchmark, BenchmarkTask, BENCHMARK_NAMES};
 use crate::error::{Result, TaskError};
 use crate::jsonl_task::JsonlTask;
-use crate::synthetic::{Family, Knobs, Shape, SyntheticTask};
+use crate::synthetic::{Family, Knobs, Shape, SyntheticTask, VerboseLevels, DEFAULT_LOOP_LENGTH};
 use crate::task::Task;
 use crate::verify::RewardMode;
 
@@ -37,6 +37,19 @@ pub struct TaskConfig {
     /// Synthetic tasks: length of a mistaken demonstration's working relative to a right one's
     /// (1 = same, 0.5 = half its lines, 2 = repeated): sets the sign and size of the ± gap.
     pub mistake_length: f64,
+    /// Synthetic tasks: a distribution over the number of `check` lines restating each working
+    /// line, `k:p/k:p/...` (`0:0.6/1:0.2/4:0.2`), drawn per demonstration whatever its outcome:
+    /// more within-side length variation than `verbose_rate` (exclusive with it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub verbose_levels: Option<VerboseLevels>,
+    /// Synthetic tasks: fraction of mistaken demonstrations that loop instead of answering
+    /// (`again` lines up to `loop_length` characters, no `Answer:`), so that the model's
+    /// mistakes are truncated and score as wrong.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub loop_rate: f64,
+    /// Synthetic tasks: the length of a looping demonstration in characters.
+    #[serde(skip_serializing_if = "is_default_loop_length")]
+    pub loop_length: usize,
     /// `jsonl` (and benchmarks, to override the registry's file): the file to read.
     pub path: Option<PathBuf>,
     /// `{0,1}` (`zero-one`) or `{-1,+1}` (`plus-minus`).
@@ -55,6 +68,9 @@ impl Default for TaskConfig {
             mistake_rate: 0.0,
             verbose_rate: 0.0,
             mistake_length: 1.0,
+            verbose_levels: None,
+            loop_rate: 0.0,
+            loop_length: DEFAULT_LOOP_LENGTH,
             path: None,
             reward: RewardMode::ZeroOne,
             template: None,
@@ -94,20 +110,47 @@ impl FromStr for TaskConfig {
                 "mistake_length" => {
                     cfg.mistake_length = v.parse().map_err(|_| bad("not a number"))?
                 }
+                "verbose_levels" => {
+                    cfg.verbose_levels = Some(v.parse().map_err(|e: String| bad(&e))?)
+                }
+                "loop_rate" => cfg.loop_rate = v.parse().map_err(|_| bad("not a number"))?,
+                "loop_length" => {
+                    cfg.loop_length = v.parse().map_err(|_| bad("not a whole number"))?
+                }
                 "path" => cfg.path = Some(PathBuf::from(v)),
                 "reward" => cfg.reward = v.parse()?,
                 _ => {
                     return Err(TaskError::Setting {
                         key: k.to_string(),
-                        problem: "unknown key (valid: difficulty, length, mistake_rate, \
-                                  verbose_rate, mistake_length, path, reward)"
-                            .into(),
+                        problem: format!("unknown key (valid: {})", SETTING_KEYS.join(", ")),
                     })
                 }
             }
         }
         Ok(cfg)
     }
+}
+
+/// The keys of the compact spelling, in the order the docs give them.
+pub const SETTING_KEYS: [&str; 10] = [
+    "difficulty",
+    "length",
+    "mistake_rate",
+    "verbose_rate",
+    "verbose_levels",
+    "mistake_length",
+    "loop_rate",
+    "loop_length",
+    "path",
+    "reward",
+];
+
+fn is_zero(x: &f64) -> bool {
+    *x == 0.0
+}
+
+fn is_default_loop_length(n: &usize) -> bool {
+    *n == DEFAULT_LOOP_LENGTH
 }
 
 /// Whether a task name is a path to a data file that the `jsonl` task reads
@@ -170,6 +213,22 @@ impl TaskConfig {
                 format!("{} is outside 0..=4", self.mistake_length),
             );
         }
+        if !(0.0..=1.0).contains(&self.loop_rate) {
+            return bad("loop_rate", format!("{} is outside 0..=1", self.loop_rate));
+        }
+        if !(16..=4096).contains(&self.loop_length) {
+            return bad(
+                "loop_length",
+                format!("{} is outside 16..=4096", self.loop_length),
+            );
+        }
+        if self.verbose_levels.is_some() && self.verbose_rate > 0.0 {
+            return bad(
+                "verbose_levels",
+                "give verbose_levels or verbose_rate, not both (verbose_rate = r is 0:1-r/1:r)"
+                    .into(),
+            );
+        }
         if let Some(t) = &self.template {
             if !t.contains("{problem}") {
                 return bad("template", format!("{t:?} has no {{problem}} placeholder"));
@@ -191,7 +250,10 @@ pub fn create_task(cfg: &TaskConfig) -> Result<Box<dyn Task>> {
         };
         let shape = Shape {
             verbose_rate: cfg.verbose_rate,
+            verbose_levels: cfg.verbose_levels.clone(),
             mistake_length: cfg.mistake_length,
+            loop_rate: cfg.loop_rate,
+            loop_length: cfg.loop_length,
         };
         return Ok(Box::new(SyntheticTask::new(
             family, knobs, shape, cfg.reward,
@@ -244,8 +306,59 @@ mod tests {
     }
 
     #[test]
-    fn unknown_key_is_an_error() {
-        assert!("lists:colour=red".parse::<TaskConfig>().is_err());
+    fn unknown_key_is_an_error_listing_every_key() {
+        let e = "lists:colour=red"
+            .parse::<TaskConfig>()
+            .unwrap_err()
+            .to_string();
+        for k in SETTING_KEYS {
+            assert!(e.contains(k), "{e}");
+        }
+    }
+
+    #[test]
+    fn length_coupling_knobs_spell_validate_and_round_trip() -> Result<()> {
+        let cfg: TaskConfig =
+            "arithmetic:difficulty=2,verbose_levels=0:0.6/1:0.2/4:0.2,loop_rate=0.5,loop_length=300"
+                .parse()?;
+        assert_eq!(cfg.loop_rate, 0.5);
+        assert_eq!(cfg.loop_length, 300);
+        let levels = cfg.verbose_levels.as_ref().map(|l| l.levels().to_vec());
+        assert_eq!(levels, Some(vec![(0, 0.6), (1, 0.2), (4, 0.2)]));
+        create_task(&cfg)?;
+        // Through JSON (the run's config.toml goes through serde the same way).
+        let back: TaskConfig = serde_json::from_value(serde_json::to_value(&cfg).unwrap()).unwrap();
+        assert_eq!(back, cfg);
+        // Defaults are not written, so configs without the knobs serialize as before.
+        let plain = serde_json::to_value(TaskConfig::default()).unwrap();
+        for k in ["verbose_levels", "loop_rate", "loop_length"] {
+            assert!(plain.get(k).is_none(), "{plain}");
+        }
+        for (spec, key) in [
+            ("arithmetic:loop_rate=1.5", "loop_rate"),
+            ("arithmetic:loop_length=4", "loop_length"),
+            (
+                "arithmetic:verbose_rate=0.5,verbose_levels=0:0.5/1:0.5",
+                "verbose_levels",
+            ),
+        ] {
+            let cfg: TaskConfig = spec.parse()?;
+            let e = create_task(&cfg)
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default();
+            assert!(e.contains(key), "{spec}: {e}");
+        }
+        let e = "arithmetic:verbose_levels=0:0.6"
+            .parse::<TaskConfig>()
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("verbose_levels") && e.contains("sum to"), "{e}");
+        let e = serde_json::from_str::<TaskConfig>(r#"{"verbose_levels": "2:1/2:0"}"#)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("twice"), "{e}");
+        Ok(())
     }
 
     #[test]

@@ -43,7 +43,7 @@ mod vocab;
 pub use create::{create_task, expand_data_file, is_data_file, TaskConfig, TASK_NAMES};
 pub use error::{Result, TaskError};
 pub use jsonl_task::JsonlTask;
-pub use synthetic::{Family, SyntheticTask};
+pub use synthetic::{Family, SyntheticTask, VerboseLevels};
 pub use task::{Example, Split, Task};
 pub use verify::{
     parse_request, parse_requests, score_requests, score_response, RewardMode, Score, ScoreRequest,

@@ -32,8 +32,19 @@ impl EvalSettings {
             temperature: cfg.eval.temperature,
             max_new_tokens: cfg.rollout.max_response_len,
             max_prompt_len: cfg.rollout.max_prompt_len,
-            seed: mix(cfg.seed, 0xe7a1),
+            seed: cfg.eval.seed.unwrap_or_else(|| mix(cfg.seed, 0xe7a1)),
         }
+    }
+
+    /// The greedy evaluation of a run's config (`eval.greedy_prompts`), on the same seed; `None`
+    /// when it is off.
+    pub fn greedy_of(cfg: &crate::Config) -> Option<EvalSettings> {
+        (cfg.eval.greedy_prompts > 0).then(|| EvalSettings {
+            prompts: cfg.eval.greedy_prompts,
+            k: 1,
+            temperature: 0.0,
+            ..EvalSettings::of(cfg)
+        })
     }
 }
 
@@ -54,6 +65,31 @@ pub struct EvalResult {
     pub tokens_per_s: f64,
     /// Fraction of responses cut at `max_new_tokens` without stopping (scored as written).
     pub truncated: f64,
+    /// The greedy evaluation (`eval.greedy_prompts`), when there was one: its prompts, its
+    /// accuracy and its truncated fraction.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub greedy_prompts: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub greedy_accuracy: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub greedy_truncated: Option<f64>,
+}
+
+/// The evaluation a run's config asks for: the sampled one (avg@k, pass@k) and, with
+/// `eval.greedy_prompts`, the greedy one.
+pub fn evaluate_configured(
+    model: &Model,
+    task: &dyn Task,
+    cfg: &crate::Config,
+) -> Result<EvalResult, TrainError> {
+    let mut result = evaluate(model, task, &EvalSettings::of(cfg))?;
+    if let Some(g) = EvalSettings::greedy_of(cfg) {
+        let greedy = evaluate(model, task, &g)?;
+        result.greedy_prompts = Some(greedy.prompts);
+        result.greedy_accuracy = Some(greedy.accuracy);
+        result.greedy_truncated = Some(greedy.truncated);
+    }
+    Ok(result)
 }
 
 /// One scored response of an evaluation (what `fulcrum eval --samples` writes).
@@ -164,6 +200,41 @@ fn sample_and_measure(
         mean_len: tokens as f64 / n,
         tokens_per_s: tokens as f64 / secs.max(1e-9),
         truncated: rollouts.iter().filter(|r| r.truncated).count() as f64 / n,
+        greedy_prompts: None,
+        greedy_accuracy: None,
+        greedy_truncated: None,
     };
     Ok((result, rollouts, examples))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fulcrum_core::Rule;
+
+    #[test]
+    fn the_eval_seed_is_the_rules_and_with_eval_seed_every_runs() {
+        let cfg = |seed: u64, rule: Rule, eval_seed: Option<u64>| {
+            let mut c = crate::Config {
+                seed,
+                rule,
+                ..crate::Config::default()
+            };
+            c.eval.seed = eval_seed;
+            c.eval.greedy_prompts = 256;
+            c
+        };
+        let of = |c: &crate::Config| EvalSettings::of(c).seed;
+        // Common random numbers: the rules of one seed share the held-out set and streams.
+        assert_eq!(of(&cfg(3, Rule::Ba, None)), of(&cfg(3, Rule::Token, None)));
+        assert_ne!(of(&cfg(3, Rule::Ba, None)), of(&cfg(4, Rule::Ba, None)));
+        // eval.seed: the same for every seed too.
+        assert_eq!(of(&cfg(3, Rule::Ba, Some(9))), 9);
+        assert_eq!(of(&cfg(4, Rule::Seq, Some(9))), 9);
+        let g = EvalSettings::greedy_of(&cfg(3, Rule::Ba, Some(9))).unwrap();
+        assert_eq!((g.prompts, g.k, g.temperature, g.seed), (256, 1, 0.0, 9));
+        let mut off = cfg(3, Rule::Ba, None);
+        off.eval.greedy_prompts = 0;
+        assert!(EvalSettings::greedy_of(&off).is_none());
+    }
 }

@@ -50,10 +50,12 @@ pub use config::{
 };
 pub use data::{DataPosition, DataStream};
 pub use error::TrainError;
-pub use eval::{evaluate, evaluate_with_samples, EvalResult, EvalSample, EvalSettings};
+pub use eval::{
+    evaluate, evaluate_configured, evaluate_with_samples, EvalResult, EvalSample, EvalSettings,
+};
 pub use event::Event;
 pub use interrupt::{install_signal_handlers, request_stop, stop_requested, INTERRUPTED_EXIT};
 pub use metrics::{truncate_after, JsonlWriter, RuleMasses, StepMetrics};
 pub use run::{choose_run_dir, resolve_runtime, resume, train, warm_up, Run, RunSummary};
-pub use run_data::RunData;
+pub use run_data::{EvalPoint, RunData};
 pub use warmup::sft_cache_dir;

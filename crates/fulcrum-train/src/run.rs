@@ -31,7 +31,7 @@ use crate::config::Config;
 use crate::data::{DataPosition, DataStream};
 use crate::engine::RolloutEngine;
 use crate::error::TrainError;
-use crate::eval::{evaluate, EvalResult, EvalSettings};
+use crate::eval::{evaluate, evaluate_configured, EvalResult, EvalSettings};
 use crate::event::Event;
 use crate::interrupt::stop_requested;
 use crate::metrics::StepMetrics;
@@ -244,7 +244,7 @@ impl Run {
             w.write(&json!({"step": 0, "accuracy": acc, "phase": "sft"}))?;
         }
         if cfg.eval.at_start && main {
-            let result = evaluate(&start.model, self.eval_task(), &EvalSettings::of(cfg))?;
+            let result = evaluate_configured(&start.model, self.eval_task(), cfg)?;
             self.record_eval(0, Some("start"), &result)?;
             on(Event::Eval {
                 step: 0,
@@ -395,7 +395,7 @@ impl Run {
                 metrics: &report.metrics,
             });
             if main && ((cfg.eval_every > 0 && step % cfg.eval_every == 0) || step == cfg.steps) {
-                let result = evaluate(&policy.model, self.eval_task(), &es)?;
+                let result = evaluate_configured(&policy.model, self.eval_task(), cfg)?;
                 self.record_eval(step, None, &result)?;
                 on(Event::Eval {
                     step,

@@ -20,15 +20,29 @@ pub struct RunData {
     pub steps: Vec<StepMetrics>,
     /// `(step, held-out accuracy)`, step 0 being the SFT warm-up when there is one.
     pub evals: Vec<(u64, f64)>,
+    /// Every line of `eval.jsonl` with the measures besides avg@k (absent in older runs and in
+    /// the warm-up's line).
+    pub eval_points: Vec<EvalPoint>,
     /// `summary.json` when the run finished.
     pub summary: Option<RunSummary>,
 }
 
 /// One line of `eval.jsonl`, as far as a run's reader needs it.
-#[derive(serde::Deserialize)]
-struct EvalLine {
-    step: u64,
-    accuracy: f64,
+#[derive(Debug, Clone, PartialEq, serde::Deserialize)]
+pub struct EvalPoint {
+    pub step: u64,
+    /// avg@k.
+    pub accuracy: f64,
+    #[serde(default)]
+    pub phase: Option<String>,
+    #[serde(default)]
+    pub pass_at_k: Option<f64>,
+    #[serde(default)]
+    pub truncated: Option<f64>,
+    #[serde(default)]
+    pub greedy_accuracy: Option<f64>,
+    #[serde(default)]
+    pub greedy_truncated: Option<f64>,
 }
 
 /// Every non-blank line of a JSONL file (none if it does not exist); a bad line is an error
@@ -64,10 +78,8 @@ impl RunData {
         }
         let config = Config::load(Some(&cfg_path), &[])?;
         let steps = read_jsonl(&dir.join("metrics.jsonl"))?;
-        let evals = read_jsonl::<EvalLine>(&dir.join("eval.jsonl"))?
-            .into_iter()
-            .map(|e| (e.step, e.accuracy))
-            .collect();
+        let eval_points = read_jsonl::<EvalPoint>(&dir.join("eval.jsonl"))?;
+        let evals = eval_points.iter().map(|e| (e.step, e.accuracy)).collect();
         let sp = dir.join("summary.json");
         let summary = if sp.exists() {
             let text = fs::read_to_string(&sp).map_err(TrainError::io(&sp))?;
@@ -86,6 +98,7 @@ impl RunData {
             config,
             steps,
             evals,
+            eval_points,
             summary,
         })
     }
@@ -119,6 +132,11 @@ impl RunData {
     /// The held-out accuracy after RL: the last evaluation after step 0.
     pub fn final_accuracy(&self) -> Option<f64> {
         self.evals.iter().rev().find(|(s, _)| *s > 0).map(|e| e.1)
+    }
+
+    /// The last evaluation after step 0, every measure of it.
+    pub fn final_eval(&self) -> Option<&EvalPoint> {
+        self.eval_points.iter().rev().find(|e| e.step > 0)
     }
 
     /// The held-out accuracy of the warm-up (step 0), when there was one.

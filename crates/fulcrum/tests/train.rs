@@ -121,10 +121,59 @@ fn same_config_and_seed_give_identical_metrics() {
         "ba",
         "ba-batch",
     ] {
-        assert!(
-            ma[0].get(format!("mass_ratio/{rule}")).is_some(),
-            "no mass_ratio/{rule}"
-        );
+        for key in ["mass_ratio", "update_cos"] {
+            assert!(
+                ma[0].get(format!("{key}/{rule}")).is_some(),
+                "no {key}/{rule}"
+            );
+        }
+    }
+    // The trained rule against itself is 1 wherever a step had mass (null where none had).
+    for m in &ma {
+        if let Some(c) = m["update_cos/ba"].as_f64() {
+            assert!((c - 1.0).abs() < 1e-9, "{m}");
+        }
+    }
+    assert!(ma[0].get("len/cv_side").is_some());
+}
+
+#[test]
+fn greedy_eval_is_written_next_to_avg_and_pass_at_k() {
+    let dir = tempfile::tempdir().unwrap();
+    let extra = [
+        "--run-dir",
+        "runs/g",
+        "--set",
+        "eval.greedy_prompts=10",
+        "--set",
+        "eval.at_start=true",
+        "--set",
+        "eval.seed=5",
+        "--set",
+        "task.loop_rate=1",
+        "--set",
+        "task.mistake_rate=0.5",
+    ];
+    let o = train(dir.path(), &extra);
+    assert!(o.status.success(), "{}", err(&o));
+    let text = std::fs::read_to_string(dir.path().join("runs/g/eval.jsonl")).unwrap();
+    let lines: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let sampled: Vec<&Value> = lines.iter().filter(|l| l["phase"] != "sft").collect();
+    assert_eq!(sampled.len(), 3, "start, step 2, step 4: {text}");
+    for l in sampled {
+        assert_eq!(l["greedy_prompts"], 10, "{l}");
+        for k in [
+            "accuracy",
+            "pass_at_k",
+            "greedy_accuracy",
+            "greedy_truncated",
+        ] {
+            let x = l[k].as_f64().unwrap_or(-1.0);
+            assert!((0.0..=1.0).contains(&x), "{k} in {l}");
+        }
     }
 }
 

@@ -11,11 +11,12 @@
 //! | `lists` | `sort: 5 3 9 1` | large variation inside a group (lists of very different lengths, trace or not) |
 //! | `steps` | `collatz 7 steps 5` | every step must be written; shortcuts are wrong and shorter |
 //!
-//! Two more knobs, [`Shape`] (`shape.rs`), set the within-group length variation
-//! (`verbose_rate`) and the ± length gap (`mistake_length`) directly on any family.
+//! More knobs, [`Shape`] (`shape.rs`), set the within-group length variation (`verbose_rate`,
+//! `verbose_levels`) and the ± length gap (`mistake_length`, and `loop_rate`: mistakes that loop
+//! to the length limit and never answer) directly on any family.
 //!
 //! All text uses only the characters of [`crate::vocab::CHARS`]. Every response ends with an
-//! `Answer: ...` line. A demonstration is the worked response the task would write; with
+//! `Answer: ...` line (except the looping demonstrations of `loop_rate`). A demonstration is the worked response the task would write; with
 //! probability `mistake_rate` it carries an injected mistake (and then a wrong answer), so a
 //! model fitted to demonstrations is imperfect and RL has something to improve.
 //!
@@ -28,7 +29,7 @@ mod lists;
 mod shape;
 mod steps;
 
-pub use shape::Shape;
+pub use shape::{Shape, VerboseLevels, DEFAULT_LOOP_LENGTH};
 
 use crate::error::{Result, TaskError};
 use crate::task::{Example, Split, Task};

@@ -281,6 +281,14 @@ pub struct EvalConfig {
     /// The held-out task (e.g. `{ name = "gsm8k" }`); `None`: the training task's test split.
     /// Needed when training on a dataset file, whose splits are the same records.
     pub task: Option<TaskConfig>,
+    /// Also a greedy evaluation (temperature 0, one response per prompt) on this many held-out
+    /// prompts at every evaluation: `greedy_accuracy` in `eval.jsonl`, an accuracy with no
+    /// sampling noise, on a larger set than the sampled one can afford. 0: off.
+    pub greedy_prompts: usize,
+    /// The seed of the held-out set and of the evaluation's sampling streams. `None`: derived
+    /// from the run's seed (and never the rule's, so the rules of a seed share them). Give one
+    /// to evaluate every seed of a comparison on the same prompts with the same random numbers.
+    pub seed: Option<u64>,
 }
 
 impl Default for Config {
@@ -416,6 +424,8 @@ impl Default for EvalConfig {
             k: 4,
             temperature: 1.0,
             at_start: false,
+            greedy_prompts: 0,
+            seed: None,
             task: None,
         }
     }

@@ -55,6 +55,11 @@ pub struct RunStats {
     pub steps: usize,
     pub sft_accuracy: Option<f64>,
     pub final_accuracy: Option<f64>,
+    /// The last evaluation's pass@k, greedy accuracy (`eval.greedy_prompts`) and truncated
+    /// fraction (of the sampled responses).
+    pub final_pass_at_k: Option<f64>,
+    pub final_greedy_accuracy: Option<f64>,
+    pub final_truncated: Option<f64>,
     /// Mean held-out accuracy over the run (area under the curve from step 0 / steps).
     pub accuracy_auc: Option<f64>,
     /// Sample std of `reward/mean` over the last steps.
@@ -123,6 +128,9 @@ pub fn run_stats(task: &str, run: &RunData, th: &Thresholds) -> RunStats {
         steps: n,
         sft_accuracy: run.sft_accuracy(),
         final_accuracy: run.final_accuracy(),
+        final_pass_at_k: run.final_eval().and_then(|e| e.pass_at_k),
+        final_greedy_accuracy: run.final_eval().and_then(|e| e.greedy_accuracy),
+        final_truncated: run.final_eval().and_then(|e| e.truncated),
         accuracy_auc: stats::normalised_area(&auc_points),
         reward_spread,
         collapse_steps: any_c,
@@ -135,6 +143,8 @@ pub fn run_stats(task: &str, run: &RunData, th: &Thresholds) -> RunStats {
             len_cv: mean_of(&|m| m.len_cv),
             len_gap: mean_of(&|m| m.len_gap),
             len_gap_rel: mean_of(&|m| m.len_gap_rel),
+            len_cv_side: mean_of(&|m| m.len_cv_side),
+            truncated_frac: mean_of(&|m| finite(m.len_truncated_frac)),
         },
         mass_ratio: mean_of(&|m| m.mass(rule).mass_ratio),
         wall_seconds: run.summary.as_ref().map(|s| s.wall_seconds),
@@ -153,6 +163,9 @@ pub struct LengthProfile {
     pub len_cv: Option<f64>,
     pub len_gap: Option<f64>,
     pub len_gap_rel: Option<f64>,
+    /// Within-side length CV (`len/cv_side`) and the fraction of responses cut at the limit.
+    pub len_cv_side: Option<f64>,
+    pub truncated_frac: Option<f64>,
 }
 
 impl LengthProfile {
@@ -162,6 +175,8 @@ impl LengthProfile {
             len_cv: stats::mean(&opt_vals(runs, |r| r.length.len_cv)),
             len_gap: stats::mean(&opt_vals(runs, |r| r.length.len_gap)),
             len_gap_rel: stats::mean(&opt_vals(runs, |r| r.length.len_gap_rel)),
+            len_cv_side: stats::mean(&opt_vals(runs, |r| r.length.len_cv_side)),
+            truncated_frac: stats::mean(&opt_vals(runs, |r| r.length.truncated_frac)),
         }
     }
 }

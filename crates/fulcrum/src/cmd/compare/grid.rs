@@ -54,7 +54,7 @@ pub fn task_overrides(spec: &str) -> Vec<String> {
         if let Some((k, v)) = kv.split_once('=') {
             let (k, v) = (k.trim(), v.trim());
             let v = match k {
-                "path" | "reward" => toml_quote(v),
+                "path" | "reward" | "verbose_levels" => toml_quote(v),
                 _ => v.to_string(),
             };
             out.push(format!("task.{k}={v}"));
