@@ -90,7 +90,11 @@ where
         .to_string_lossy()
         .into_owned();
     fs::create_dir_all(parent).map_err(TrainError::io(parent))?;
-    let tmp = parent.join(format!(".tmp-{name}-{}", std::process::id()));
+    // Unique per writer, threads of one process included (two runs of a comparison may write
+    // the same warm-up at once).
+    static WRITERS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let writer = WRITERS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tmp = parent.join(format!(".tmp-{name}-{}-{writer}", std::process::id()));
     if tmp.exists() {
         fs::remove_dir_all(&tmp).map_err(TrainError::io(&tmp))?;
     }
@@ -138,7 +142,7 @@ where
 
     // Replace an existing checkpoint of the same name: move it aside first (a directory cannot
     // be renamed over a non-empty one), then remove it once the new one is in place.
-    let old = parent.join(format!(".old-{name}-{}", std::process::id()));
+    let old = parent.join(format!(".old-{name}-{}-{writer}", std::process::id()));
     let had_old = dest.exists();
     if had_old {
         fs::rename(dest, &old).map_err(TrainError::io(dest))?;

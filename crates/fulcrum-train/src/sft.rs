@@ -51,7 +51,7 @@ pub fn run_sft(
     };
     // A stream of its own, so SFT and RL prompts are drawn independently.
     let mut data = DataStream::new(
-        mix(cfg.seed, 0x5f7),
+        mix(cfg.sft_seed(), 0x5f7),
         DataPosition {
             chunk: 0,
             offset: 0,

@@ -33,7 +33,7 @@ pub fn sft_cache_dir(cfg: &Config, run_dir: &Path) -> PathBuf {
         dtype: fulcrum_model::Dtype::F32,
         ..cfg.model.clone()
     };
-    let key = json!({"model": model, "task": cfg.task, "sft": cfg.sft, "seed": cfg.seed,
+    let key = json!({"model": model, "task": cfg.task, "sft": cfg.sft, "seed": cfg.sft_seed(),
                      "optim": [cfg.optim.beta1, cfg.optim.beta2, cfg.optim.eps, cfg.optim.weight_decay, cfg.optim.grad_clip]});
     let digest = sha_hex(key.to_string().as_bytes());
     // Beside the run directory, so that the runs of one comparison (or of `runs/`) share it.
@@ -44,7 +44,7 @@ pub fn sft_cache_dir(cfg: &Config, run_dir: &Path) -> PathBuf {
     parent.join("sft-cache").join(format!(
         "{}-seed{}-{}",
         cfg.task.name,
-        cfg.seed,
+        cfg.sft_seed(),
         &digest[..12]
     ))
 }
@@ -97,7 +97,12 @@ pub fn starting_policy(
             dir: Some(cache),
         });
     }
-    let mut model = configured_model(cfg, spec, device)?;
+    // The warm-up starts from the model of its own seed.
+    let warm = Config {
+        seed: cfg.sft_seed(),
+        ..cfg.clone()
+    };
+    let mut model = configured_model(&warm, spec, device)?;
     let total = cfg.sft.steps;
     let skipped = run_sft(&mut model, task, cfg, |p| {
         on(Event::Sft {
@@ -107,7 +112,7 @@ pub fn starting_policy(
             skipped: p.skipped,
         })
     })?;
-    let result = evaluate(&model, eval_task, &EvalSettings::of(cfg))?;
+    let result = evaluate(&model, eval_task, &EvalSettings::of(&warm))?;
     checkpoint::write(
         &cache,
         json!({"sft_accuracy": result.accuracy, "sft": cfg.sft, "sft_skipped_steps": skipped}),
@@ -135,4 +140,31 @@ pub fn reference_model(
         Some(d) => Model::load_hf(d, device)?,
         None => spec.load(device, cfg.seed)?,
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sft_seed_shares_one_warm_up_across_run_seeds() {
+        let with = |seed: u64, sft_seed: Option<u64>| {
+            let mut c = Config {
+                seed,
+                ..Config::default()
+            };
+            c.sft.seed = sft_seed;
+            sft_cache_dir(&c, Path::new("runs/x/ba-seed1"))
+        };
+        // Without it each seed warms up on its own; with it, every seed shares one entry.
+        assert_ne!(with(1, None), with(2, None));
+        assert_eq!(with(1, Some(7)), with(2, Some(7)));
+        assert_ne!(with(1, Some(7)), with(1, Some(8)));
+        let name = with(1, Some(7));
+        let name = name.file_name().map(|n| n.to_string_lossy().into_owned());
+        assert!(name.is_some_and(|n| n.starts_with("arithmetic-seed7-")));
+        // A run whose seed equals the sft seed is the same warm-up as without sft.seed (the
+        // key differs only by the recorded setting).
+        assert_eq!(with(7, None).parent(), with(7, Some(7)).parent());
+    }
 }

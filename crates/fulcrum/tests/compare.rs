@@ -308,3 +308,47 @@ fn parallel_jobs_give_the_same_runs_as_one_at_a_time() {
     let o = fulcrum(dir.path(), &["compare", "--jobs", "0", "--out", "x"]);
     assert_eq!(o.status.code(), Some(2));
 }
+
+#[test]
+fn a_shared_warm_up_is_trained_once_for_every_seed_even_in_parallel() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut a = vec![
+        "compare",
+        "--quiet",
+        "--rules",
+        "ba",
+        "--seeds",
+        "3",
+        "--steps",
+        "1",
+        "--jobs",
+        "2",
+        "--out",
+        "cmp",
+        "--tasks",
+        "arithmetic:difficulty=1,loop_rate=1,mistake_rate=0.5,loop_length=20",
+        "--set",
+        "sft.seed=11",
+    ];
+    a.extend_from_slice(TINY);
+    let o = fulcrum(dir.path(), &a);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let task = dir
+        .path()
+        .join("cmp/runs/arithmetic-difficulty=1-loop_rate=1-mistake_rate=0.5-loop_length=20");
+    let entries: Vec<String> = std::fs::read_dir(task.join("sft-cache"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(entries.len(), 1, "one warm-up, no leftovers: {entries:?}");
+    assert!(entries[0].starts_with("arithmetic-seed11-"), "{entries:?}");
+    // Every seed's run starts from it: the same start, different RL streams.
+    let sft_line = |seed: u64| {
+        let t = std::fs::read_to_string(task.join(format!("ba-seed{seed}/eval.jsonl"))).unwrap();
+        t.lines().next().unwrap_or_default().to_string()
+    };
+    assert_eq!(sft_line(0), sft_line(1));
+    assert_eq!(sft_line(0), sft_line(2));
+    let m = |seed: u64| metrics_without_time(&task.join(format!("ba-seed{seed}")));
+    assert_ne!(m(0), m(1));
+}

@@ -263,6 +263,18 @@ pub struct SftConfig {
     pub lr: f64,
     /// SFT warm-up steps.
     pub warmup_steps: u64,
+    /// The warm-up's own seed (the built-in model's initial weights and the demonstrations
+    /// drawn); `None`: the run's seed. Give one so that every seed of a comparison starts RL
+    /// from one shared warm-up, which takes the warm-up's variance out of the comparison.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub seed: Option<u64>,
+}
+
+impl Config {
+    /// The seed of the SFT warm-up: `sft.seed`, else the run's.
+    pub fn sft_seed(&self) -> u64 {
+        self.sft.seed.unwrap_or(self.seed)
+    }
 }
 
 /// Held-out evaluation.
@@ -411,6 +423,7 @@ impl Default for SftConfig {
             micro_batch_size: 32,
             lr: 1e-3,
             warmup_steps: 20,
+            seed: None,
         }
     }
 }

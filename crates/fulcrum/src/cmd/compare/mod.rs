@@ -239,6 +239,18 @@ fn run_grid(
     }
 }
 
+/// The lock of one warm-up (task and SFT seed) within this process.
+fn warm_up_lock(key: &str) -> std::sync::Arc<Mutex<()>> {
+    static LOCKS: std::sync::OnceLock<
+        Mutex<std::collections::BTreeMap<String, std::sync::Arc<Mutex<()>>>>,
+    > = std::sync::OnceLock::new();
+    let mut map = LOCKS
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|p| p.into_inner());
+    map.entry(key.to_string()).or_default().clone()
+}
+
 /// The warm-up of one task and seed, then its cells; progress goes to the shared bar by steps.
 fn run_unit(
     unit: &Unit<'_>,
@@ -255,6 +267,9 @@ fn run_unit(
     let mut wcfg = first.config.clone();
     wcfg.run_dir = Some(grid::task_dir(out, task).join(format!("warmup-seed{seed}")));
     let warm = if wcfg.sft.steps > 0 {
+        // Units that share a warm-up (`sft.seed`) train it once: the others wait, then find it.
+        let lock = warm_up_lock(&format!("{task}\u{0}{}", wcfg.sft_seed()));
+        let _held = lock.lock().unwrap_or_else(|p| p.into_inner());
         let mut counted = 0u64;
         let mut on = |e: Event<'_>| {
             if let Event::Sft { step, .. } = e {
