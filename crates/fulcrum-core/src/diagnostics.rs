@@ -11,7 +11,8 @@
 //! - `len_weight_corr` is taken over the responses that carry gradient (`A != 0`, `L > 0`);
 //! - `len_cv_side` is the CV (population std over mean) of the lengths of one side (`A > 0` or
 //!   `A < 0`) of one group, averaged over the sides that hold two or more responses;
-//! - [`update_cosine`] compares two rules on the effective update weights `w_i L_i |A_i|`.
+//! - [`update_cosine`] compares two rules on the effective update weights `w_i L_i |A_i|`, and
+//!   [`mass_share`] says how much of a rule's update mass falls on chosen responses.
 //!
 //! Undefined values (no mixed group, no negative mass, ...) are `None`, `null` in JSON.
 
@@ -147,6 +148,21 @@ pub fn update_cosine(batch: &StepBatch, a: &[f64], b: &[f64]) -> Option<f64> {
         bb += y * y;
     }
     (aa > 0.0 && bb > 0.0).then(|| (ab / (aa.sqrt() * bb.sqrt())).min(1.0))
+}
+
+/// The share of the effective update mass `Σ w_i L_i |A_i|` that falls on the rows where
+/// `selected` holds (e.g. the truncated responses): what a rule spends on them, predicted from
+/// its weights alone. `None` when the batch has no mass.
+pub fn mass_share(batch: &StepBatch, weights: &[f64], selected: &[bool]) -> Option<f64> {
+    let (mut on, mut total) = (0.0, 0.0);
+    for (((_, l, a), w), &sel) in batch.rows().zip(weights).zip(selected) {
+        let m = w * l * a.abs();
+        total += m;
+        if sel {
+            on += m;
+        }
+    }
+    (total > 0.0).then(|| on / total)
 }
 
 /// Population CV of one side's lengths (`None` for fewer than two or a zero mean).
@@ -340,6 +356,18 @@ mod tests {
             l.iter().sum::<f64>() / ((l.iter().map(|x| x * x).sum::<f64>()).sqrt() * 6f64.sqrt());
         assert!((c - want).abs() < 1e-12, "{c} vs {want}");
         assert_eq!(update_cosine(&b, &[0.0; 6], &w(Rule::Seq)), None);
+        // Shares of the mass: all of it, none of it, and the two sides adding up to one.
+        let tw = w(Rule::Token);
+        assert_eq!(mass_share(&b, &tw, &[true; 6]), Some(1.0));
+        assert_eq!(mass_share(&b, &tw, &[false; 6]), Some(0.0));
+        let first: Vec<bool> = (0..6).map(|i| i < 3).collect();
+        let rest: Vec<bool> = first.iter().map(|x| !x).collect();
+        let (x, y) = (
+            mass_share(&b, &tw, &first).unwrap(),
+            mass_share(&b, &tw, &rest).unwrap(),
+        );
+        assert!((x + y - 1.0).abs() < 1e-12 && x > 0.0 && y > 0.0);
+        assert_eq!(mass_share(&b, &[0.0; 6], &first), None);
     }
 
     #[test]

@@ -9,7 +9,7 @@
 
 use std::time::Instant;
 
-use fulcrum_core::diagnostics::update_cosine;
+use fulcrum_core::diagnostics::{mass_share, update_cosine};
 use fulcrum_core::{advantages, Diagnostics, RuleParams, StepBatch};
 use fulcrum_tasks::Task;
 use serde_json::{json, Value};
@@ -207,6 +207,13 @@ fn step_metrics(
                 .iter()
                 .map(|d| (d.rule, update_cosine(batch, &d.weights, weights)))
                 .collect(),
+            trunc_share: {
+                let cut: Vec<bool> = rollouts.iter().map(|x| x.truncated).collect();
+                diag.rules
+                    .iter()
+                    .map(|d| (d.rule, mass_share(batch, &d.weights, &cut)))
+                    .collect()
+            },
         },
         loss_total: stats.loss,
         loss_policy: stats.policy_loss,

@@ -10,9 +10,14 @@
 //!   to them answers the same prompt sometimes tersely and sometimes at about twice the length,
 //!   whatever the outcome, so the within-group length CV rises and the ± gap does not move.
 //! - `verbose_levels` (more within-side variation than one level can give): a distribution over
-//!   k, the number of `check` lines after every working line, drawn per demonstration
-//!   independently of correctness, spelled `k:p/k:p/...` (`0:0.6/1:0.2/4:0.2`). `verbose_rate = r`
-//!   is `0:1-r/1:r`; the two are exclusive. Measured on `arithmetic` at difficulty 2 with
+//!   k, drawn per demonstration independently of correctness, spelled `k:p/k:p/...`
+//!   (`0:0.6/1:0.2/4:0.2`): after its `Answer:` line the demonstration restates its working k
+//!   times as `check` lines (a verification pass). The restatements come after the answer because
+//!   interleaved ones made the tiny model's answers wrong: 20 lines between the prompt and the
+//!   last working line lose the operands (pilot of docs/study/preregistration.md: wrong answers
+//!   2.3 times longer than right ones at step 1), which couples length to correctness, the
+//!   opposite of what this knob is for. After the answer, the length cannot change the outcome.
+//!   Exclusive with `verbose_rate` (interleaved, one level). Measured on `arithmetic` at difficulty 2 with
 //!   `mistake_rate = 0.3` (600 demonstrations, the test below): `0:0.6/1:0.2/4:0.2` gives
 //!   demonstrations of 36, 79 and 208 characters at k = 0, 1, 4, a mean of 76 on both sides and
 //!   a length CV of 0.85 (right) and 0.87 (wrong).
@@ -161,9 +166,14 @@ impl Shape {
     pub fn apply(&self, p: &mut Problem, rng: &mut SplitMix64) {
         let looping = p.mistaken && self.loop_rate > 0.0 && rng.chance(self.loop_rate);
         let resize = p.mistaken && !looping && self.mistake_length != 1.0;
-        let checks = match &self.verbose_levels {
-            Some(levels) => levels.draw(rng),
-            None => u32::from(self.verbose_rate > 0.0 && rng.chance(self.verbose_rate)),
+        // `verbose_rate` interleaves one check line after each working line; `verbose_levels`
+        // restates the working k times after the answer (see the module docs for why).
+        let (checks, after_answer) = match &self.verbose_levels {
+            Some(levels) => (levels.draw(rng), true),
+            None => (
+                u32::from(self.verbose_rate > 0.0 && rng.chance(self.verbose_rate)),
+                false,
+            ),
         };
         if !looping && !resize && checks == 0 {
             return;
@@ -182,7 +192,12 @@ impl Shape {
         if resize {
             lines = resize_working(lines, self.mistake_length, rng);
         }
-        if checks > 0 {
+        let mut trailer = Vec::new();
+        if checks > 0 && after_answer {
+            for _ in 0..checks {
+                trailer.extend(lines.iter().map(|l| format!("check {l}")));
+            }
+        } else if checks > 0 {
             lines = lines
                 .into_iter()
                 .flat_map(|l| {
@@ -196,7 +211,11 @@ impl Shape {
             out.push_str(l);
             out.push('\n');
         }
-        out.push_str(answer);
+        out.push_str(answer.trim_end_matches('\n'));
+        for l in &trailer {
+            out.push('\n');
+            out.push_str(l);
+        }
         p.demonstration = out;
     }
 }
@@ -357,11 +376,27 @@ mod tests {
         ];
         for shape in &shapes {
             for &f in Family::ALL {
+                let (_, _, plain) = lengths(f, &Shape::default());
                 let (_, _, all) = lengths(f, shape);
-                for p in all {
+                for (a, p) in plain.iter().zip(all) {
                     assert!(v.covers(&p.demonstration), "{}", p.demonstration);
-                    let last = p.demonstration.lines().last().unwrap_or("");
-                    assert!(last.starts_with("Answer:"), "{}", p.demonstration);
+                    // One answer line, the family's own (last, or before the checks).
+                    let answers: Vec<&str> = p
+                        .demonstration
+                        .lines()
+                        .filter(|l| l.starts_with("Answer:"))
+                        .collect();
+                    let want = a.demonstration.lines().last().unwrap_or("");
+                    assert_eq!(answers, [want], "{}", p.demonstration);
+                    let after = p
+                        .demonstration
+                        .lines()
+                        .skip_while(|l| !l.starts_with("Answer:"));
+                    assert!(
+                        after.skip(1).all(|l| l.starts_with("check ")),
+                        "{}",
+                        p.demonstration
+                    );
                 }
             }
         }
@@ -432,6 +467,31 @@ mod tests {
         // The same levels from the same draws whatever the family's own outcome.
         let (_, _, again) = lengths(f, &shape);
         assert_eq!(all, again);
+        // The checks come after the answer: a demonstration scores as it did without them.
+        use crate::task::Task;
+        let task = super::super::SyntheticTask::new(
+            f,
+            knobs(),
+            shape.clone(),
+            crate::verify::RewardMode::ZeroOne,
+        );
+        for (a, b) in plain.iter().zip(&all) {
+            let ex = crate::task::Example {
+                id: "x".into(),
+                prompt: a.prompt.clone(),
+                answer: a.answer.clone(),
+                demonstration: None,
+                verifier: crate::verify::Verifier::Exact,
+                entry_point: None,
+            };
+            let score = |d: &str| task.score(&ex, d).correct;
+            assert_eq!(
+                score(&a.demonstration),
+                score(&b.demonstration),
+                "{}",
+                b.demonstration
+            );
+        }
     }
 
     #[test]

@@ -176,11 +176,14 @@ impl StepMetrics {
 /// `mass_ratio/<rule>` and `len_weight_corr/<rule>`, and the manipulation check
 /// `update_cos/<rule>`: the cosine between that rule's effective update weights
 /// `w_i * L_i * |A_i|` and the trained rule's on this batch (1 for the trained rule itself;
-/// `None` when either has no mass), which says how different the rules' updates really were.
+/// `None` when either has no mass), which says how different the rules' updates really were;
+/// and `trunc_share/<rule>`: the share of that rule's update mass on truncated responses, the
+/// prediction that the decay of `len/truncated_frac` under each rule is read against.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct RuleMasses {
     pub mass: BTreeMap<Rule, RuleMass>,
     pub update_cos: BTreeMap<Rule, Option<f64>>,
+    pub trunc_share: BTreeMap<Rule, Option<f64>>,
 }
 
 impl RuleMasses {
@@ -191,12 +194,13 @@ impl RuleMasses {
     }
 }
 
-const MASS_KEYS: [&str; 5] = [
+const MASS_KEYS: [&str; 6] = [
     "mass_pos",
     "mass_neg",
     "mass_ratio",
     "len_weight_corr",
     "update_cos",
+    "trunc_share",
 ];
 
 impl Serialize for RuleMasses {
@@ -212,6 +216,9 @@ impl Serialize for RuleMasses {
         }
         for (rule, c) in &self.update_cos {
             map.serialize_entry(&format!("update_cos/{}", rule.name()), c)?;
+        }
+        for (rule, t) in &self.trunc_share {
+            map.serialize_entry(&format!("trunc_share/{}", rule.name()), t)?;
         }
         map.end()
     }
@@ -232,9 +239,16 @@ impl<'de> Deserialize<'de> for RuleMasses {
             }
             let rule: Rule = rule.parse().map_err(serde::de::Error::custom)?;
             let x = value.as_f64();
-            if kind == "update_cos" {
-                out.update_cos.insert(rule, x);
-                continue;
+            match kind {
+                "update_cos" => {
+                    out.update_cos.insert(rule, x);
+                    continue;
+                }
+                "trunc_share" => {
+                    out.trunc_share.insert(rule, x);
+                    continue;
+                }
+                _ => {}
             }
             let m = out.mass.entry(rule).or_default();
             match kind {
@@ -267,6 +281,7 @@ mod tests {
             ..StepMetrics::default()
         };
         m.rules.update_cos.insert(Rule::Seq, Some(0.75));
+        m.rules.trunc_share.insert(Rule::Token, Some(0.25));
         m.rules.mass.insert(
             Rule::BaBatch,
             RuleMass {
@@ -296,6 +311,8 @@ mod tests {
         assert_eq!(back.rules.update_cos(Rule::Seq), Some(0.75));
         assert_eq!(back.rules.update_cos(Rule::Ba), None);
         assert!(line.contains("\"update_cos/seq\":0.75"), "{line}");
+        assert_eq!(back.rules.trunc_share.get(&Rule::Token), Some(&Some(0.25)));
+        assert!(line.contains("\"trunc_share/token\":0.25"), "{line}");
         assert!(back.mass(Rule::Token).mass_pos.is_nan());
     }
 }

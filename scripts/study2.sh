@@ -1,0 +1,132 @@
+#!/usr/bin/env bash
+#! The second aggregation study (docs/study/preregistration.md), as one command. With no phase it
+#! runs every phase in order; each phase is resumable (run the same command again after a kill:
+#! finished runs are skipped, the others resume) and deterministic, so the order of runs and
+#! `--jobs` do not change a result.
+#!
+#!   scripts/study2.sh                  # pilot, main, dose, stress, then the reports
+#!   scripts/study2.sh pilot            # warm-ups and manipulation checks; the lr sweep
+#!   scripts/study2.sh main|dose|stress|report
+#!   scripts/study2.sh pack             # finished runs' result files -> docs/study/runs.tar.gz
+#!   scripts/study2.sh unpack           # ... and back, so that a fresh checkout resumes the study
+#!
+#! Phases (configs/study/decisive.toml; cells set the length knobs of shape.rs):
+#!   pilot   ba for 20 steps in each cell (the manipulation checks: token's mass ratio, within-
+#!           side CV, truncation, the warm-up's accuracy), and ba in C0 and BOTH for 40 steps at
+#!           four learning rates (the sweep that chose optim.lr)
+#!   main    token, seq, ba, token-group x 4 cells x 4 seeds, 80 steps
+#!   dose    ba with ba_pos_scale in {1/3, 1/2, 1, 2, 3} in C0, 2 seeds (the side-balance dose-response)
+#!   stress  BOTH at 4x the learning rate with 4 mini-batches per step (off-policy, clipping acts),
+#!           token, seq, ba x 3 seeds, 60 steps
+#!   report  `fulcrum report` of each phase, and the pre-registered analysis
+#!           (scripts/study2_analysis.py) into runs/study2/analysis.json
+#! Every phase shares the cells' warm-ups (sft.seed is fixed): the first phase to need one trains
+#! it, the later ones copy it from runs/study2/pilot.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=runs/study2
+jobs=${JOBS:-2}
+config=configs/study/decisive.toml
+base="arithmetic:difficulty=2,mistake_rate=0.3"
+levels="verbose_levels=0:0.6/1:0.2/4:0.2"
+loop="loop_rate=1,loop_length=280"
+C0="$base"
+CV="$base,$levels"
+LOOP="$base,$loop"
+BOTH="$base,$levels,$loop"
+fulcrum=./scripts/fulcrum
+
+# Copies the warm-ups of runs/study2/pilot into OUT (content-keyed, so a copy is the same
+# warm-up; compare checks that every run reused it).
+share_warmups() {
+    local out=$1
+    [ -d "$root/pilot/runs" ] || return 0
+    for cache in "$root"/pilot/runs/*/sft-cache; do
+        [ -d "$cache" ] || continue
+        local task
+        task=$(basename "$(dirname "$cache")")
+        mkdir -p "$out/runs/$task/sft-cache"
+        for entry in "$cache"/*; do
+            [ -e "$out/runs/$task/sft-cache/$(basename "$entry")" ] || cp -r "$entry" "$out/runs/$task/sft-cache/"
+        done
+    done
+}
+
+compare() {
+    local out=$1
+    shift
+    share_warmups "$out"
+    $fulcrum compare --config "$config" --jobs "$jobs" --quiet --out "$out" "$@"
+}
+
+pilot() {
+    compare "$root/pilot" --rules ba --seeds 1 --steps 20 --tasks "$C0,$CV,$LOOP,$BOTH"
+    for lr in 0.000005 0.00001 0.00002 0.00004; do
+        compare "$root/lr-$lr" --rules ba --seeds 1 --steps 40 --tasks "$C0,$BOTH" --set "optim.lr=$lr"
+    done
+}
+
+main_runs() {
+    compare "$root/main" --rules token,seq,ba,token-group --seeds 4 --tasks "$C0,$CV,$LOOP,$BOTH"
+}
+
+dose() {
+    for scale in 0.3333333333333333 0.5 1 2 3; do
+        compare "$root/dose-$scale" --rules ba --seeds 2 --tasks "$C0" --set "ba_pos_scale=$scale"
+    done
+}
+
+stress() {
+    lr=$(sed -n 's/^lr = //p' "$config")
+    stress_lr=$(python3 -c "print(4 * $lr)")
+    compare "$root/stress" --rules token,seq,ba --seeds 3 --steps 60 --tasks "$BOTH" \
+        --set "optim.lr=$stress_lr" --set ppo.mini_batches=4
+}
+
+# The files of a finished run that the analysis and compare's resume need (no checkpoints: a
+# finished run is never resumed), for every finished run, in one deterministic archive.
+pack() {
+    local list
+    list=$(mktemp)
+    for summary in "$root"/*/runs/*/*-seed*/summary.json; do
+        [ -f "$summary" ] || continue
+        local d
+        d=$(dirname "$summary")
+        for f in config.toml metrics.jsonl eval.jsonl summary.json; do
+            [ -f "$d/$f" ] && echo "$d/$f"
+        done
+    done | LC_ALL=C sort >"$list"
+    for m in "$root"/*/compare.json; do [ -f "$m" ] && echo "$m"; done >>"$list"
+    tar --create --gzip --file docs/study/runs.tar.gz --owner=0 --group=0 --mtime=2026-01-01 \
+        --files-from "$list"
+    echo "study2: $(grep -c summary.json "$list") finished runs packed into docs/study/runs.tar.gz" >&2
+    rm -f "$list"
+}
+
+unpack() {
+    [ -f docs/study/runs.tar.gz ] || { echo "study2: no docs/study/runs.tar.gz" >&2; return 0; }
+    # A run already here (finished or resuming) is kept as it is.
+    tar --extract --gzip --file docs/study/runs.tar.gz --skip-old-files
+    echo "study2: finished runs restored from docs/study/runs.tar.gz" >&2
+}
+
+report() {
+    for d in "$root"/*/; do
+        [ -f "$d/summary.json" ] && $fulcrum report "$d" >/dev/null
+    done
+    python3 scripts/study2_analysis.py "$root" >"$root/analysis.json"
+    echo "study2: analysis in $root/analysis.json" >&2
+}
+
+phase=${1:-all}
+case $phase in
+    pilot) pilot ;;
+    main) main_runs ;;
+    dose) dose ;;
+    stress) stress ;;
+    report) report ;;
+    pack) pack ;;
+    unpack) unpack ;;
+    all) unpack; pilot; main_runs; dose; stress; report ;;
+    *) echo "study2: unknown phase $phase (pilot, main, dose, stress, report, pack, unpack)" >&2; exit 2 ;;
+esac
