@@ -34,7 +34,9 @@ C0="$base"
 CV="$base,$levels"
 LOOP="$base,$loop"
 BOTH="$base,$levels,$loop"
-fulcrum=./scripts/fulcrum
+# FULCRUM: a fixed binary for a long study (a copy of target/release/fulcrum under target/, so its
+# rpath still finds libtorch), so that editing or rebuilding the code meanwhile cannot change it.
+fulcrum=${FULCRUM:-./scripts/fulcrum}
 
 # Copies the warm-ups of runs/study2/pilot into OUT (content-keyed, so a copy is the same
 # warm-up; compare checks that every run reused it).
