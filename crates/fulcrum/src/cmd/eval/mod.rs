@@ -376,6 +376,7 @@ impl BenchRun<'_> {
             .progress_chars("=> "),
         );
         pb.set_prefix(name.to_string());
+        pb.set_message("- tok/s");
         pb
     }
 }
