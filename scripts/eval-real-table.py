@@ -4,7 +4,11 @@
     scripts/eval-real-table.py [DIR]      # DIR: runs/eval-real unless given
 
 One row per model and benchmark JSON file (`MODEL-BENCH.json`, the output of
-`fulcrum eval --json`), in the benchmark order of the script, then a total per model.
+`fulcrum eval --json`), in the benchmark order of the script, then a total per model. The
+problems column says how many of the benchmark's problems were evaluated ("164 of 164", or
+"30 of 500" for a subset: the first 30 of the fixed seeded order); files of builds before
+`problems_total` was written get the registry's size. A wall time marked "+" is that of the
+last run only: some problems came from the samples file of an earlier one.
 """
 import json
 import math
@@ -13,6 +17,9 @@ import sys
 
 ORDER = ["gsm8k", "math500", "minerva", "olympiadbench", "amc23", "aime24", "aime25",
          "humaneval", "mbpp"]
+# The registry's sizes, for JSON files written before `problems_total` existed.
+TOTALS = {"gsm8k": 1319, "math500": 500, "minerva": 272, "olympiadbench": 675, "amc23": 40,
+          "aime24": 30, "aime25": 30, "humaneval": 164, "mbpp": 427}
 MODELS = {
     "smollm2": "SmolLM2-135M-Instruct (Q4_1)",
     "qwen2.5-coder-0.5b": "Qwen2.5-Coder-0.5B-Instruct",
@@ -31,11 +38,11 @@ def wilson(ok: float, n: int, z: float = 1.96) -> str:
 
 def main() -> int:
     root = pathlib.Path(sys.argv[1] if len(sys.argv) > 1 else "runs/eval-real")
-    print("| model | bench | problems | correct | accuracy (95% CI) | mean response (tokens) "
-          "| cut at the limit | wall (s) | tokens/s |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| model | bench | problems | responses | correct | accuracy (95% CI) "
+          "| mean response (tokens) | limit | cut at the limit | wall (s) | tokens/s |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for key, name in MODELS.items():
-        total = {"n": 0, "ok": 0.0, "tokens": 0.0, "secs": 0.0, "cut": 0.0}
+        total = {"n": 0, "ok": 0.0, "tokens": 0.0, "secs": 0.0, "cut": 0.0, "resumed": False}
         for bench in ORDER:
             path = root / f"{key}-{bench}.json"
             if not path.is_file():
@@ -44,9 +51,14 @@ def main() -> int:
                 doc = json.loads(path.read_text())
                 row = doc["results"][0]
                 r = row["result"]
-                n, acc, mean_len = r["prompts"] * r["k"], r["accuracy"], r["mean_len"]
+                problems = r.get("problems", r["prompts"])
+                per = r.get("samples_per_problem", r["k"])
+                n, acc, mean_len = problems * per, r.get("avg@k", r["accuracy"]), r["mean_len"]
                 secs, tps = row["seconds"], r["tokens_per_s"]
                 cut = r.get("truncated")  # absent in files of older builds
+                of = r.get("problems_total", TOTALS.get(bench))
+                limit = r.get("max_new_tokens")
+                resumed = r.get("problems_cached", 0) > 0
             except (ValueError, KeyError, IndexError, TypeError) as e:
                 print(f"eval-real-table: {path}: unreadable ({e})", file=sys.stderr)
                 return 2
@@ -55,17 +67,22 @@ def main() -> int:
             total["ok"] += ok
             total["tokens"] += mean_len * n
             total["secs"] += secs
+            total["resumed"] |= resumed
             total["cut"] = None if cut is None or total["cut"] is None else total["cut"] + cut * n
             cut_text = "?" if cut is None else f"{100 * cut:.0f}%"
-            print(f"| {name} | {bench} | {n} | {ok} | {100 * acc:.1f}% ({wilson(ok, n)}) | {mean_len:.0f} "
-                  f"| {cut_text} | {secs:.0f} | {tps:.1f} |")
+            of_text = f"{problems} of {of}" if of is not None else f"{problems}"
+            limit_text = "?" if limit is None else f"{limit}"
+            wall = f"{secs:.0f}{'+' if resumed else ''}"
+            print(f"| {name} | {bench} | {of_text} | {n} | {ok} | {100 * acc:.1f}% ({wilson(ok, n)}) "
+                  f"| {mean_len:.0f} | {limit_text} | {cut_text} | {wall} | {tps:.1f} |")
         if total["n"]:
             n = total["n"]
             cut_text = "?" if total["cut"] is None else f"{100 * total['cut'] / n:.0f}%"
-            print(f"| {name} | **all** | {n} | {total['ok']:.0f} "
+            wall = f"{total['secs']:.0f}{'+' if total['resumed'] else ''}"
+            print(f"| {name} | **all** | | {n} | {total['ok']:.0f} "
                   f"| {100 * total['ok'] / n:.1f}% ({wilson(total['ok'], n)}) | {total['tokens'] / n:.0f} "
-                  f"| {cut_text} "
-                  f"| {total['secs']:.0f} | {total['tokens'] / max(total['secs'], 1e-9):.1f} |")
+                  f"| | {cut_text} "
+                  f"| {wall} | {total['tokens'] / max(total['secs'], 1e-9):.1f} |")
     return 0
 
 

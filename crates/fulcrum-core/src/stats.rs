@@ -54,9 +54,51 @@ pub fn pearson(xs: &[f64], ys: &[f64]) -> Option<f64> {
     Some((sxy / (sxx.sqrt() * syy.sqrt())).clamp(-1.0, 1.0))
 }
 
+/// The unbiased pass@k estimator of Chen et al. (2021) for one problem with `n` samples of
+/// which `c` are correct: `1 - C(n-c, k) / C(n, k)`, the chance that k samples drawn without
+/// replacement from the n contain a correct one. Computed as a product, so it is exact for any
+/// n (no factorials). `None` when `k` is 0, `k > n` or `c > n`.
+pub fn pass_at_k(n: usize, c: usize, k: usize) -> Option<f64> {
+    if k == 0 || k > n || c > n {
+        return None;
+    }
+    if n - c < k {
+        return Some(1.0);
+    }
+    // C(n-c, k) / C(n, k) = prod_{i = n-c+1}^{n} (1 - k / i).
+    let miss: f64 = ((n - c + 1)..=n)
+        .map(|i| 1.0 - k as f64 / i as f64)
+        .product();
+    Some(1.0 - miss)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pass_at_k_matches_hand_counts() {
+        // n = 2, c = 1, k = 1: half the single draws are correct.
+        assert_eq!(pass_at_k(2, 1, 1), Some(0.5));
+        // n = 4, c = 1, k = 2: 1 - C(3,2)/C(4,2) = 1 - 3/6.
+        assert!((pass_at_k(4, 1, 2).unwrap() - 0.5).abs() < 1e-12);
+        // n = 5, c = 2, k = 3: 1 - C(3,3)/C(5,3) = 1 - 1/10.
+        assert!((pass_at_k(5, 2, 3).unwrap() - 0.9).abs() < 1e-12);
+        // pass@1 is c / n; k = n is "any correct".
+        assert!((pass_at_k(10, 3, 1).unwrap() - 0.3).abs() < 1e-12);
+        assert_eq!(pass_at_k(4, 1, 4), Some(1.0));
+        assert_eq!(pass_at_k(4, 0, 4), Some(0.0));
+        assert_eq!(pass_at_k(4, 0, 1), Some(0.0));
+        assert_eq!(pass_at_k(4, 4, 1), Some(1.0));
+        // n = 32, c = 1, k = 8: exactly k / n.
+        assert!((pass_at_k(32, 1, 8).unwrap() - 0.25).abs() < 1e-12);
+        // Large n stays finite and in range.
+        let p = pass_at_k(100_000, 17, 1000).unwrap();
+        assert!(p > 0.0 && p < 1.0);
+        for bad in [(4, 1, 0), (4, 1, 5), (4, 5, 1)] {
+            assert_eq!(pass_at_k(bad.0, bad.1, bad.2), None, "{bad:?}");
+        }
+    }
 
     #[test]
     fn pearson_of_linear_relation_is_one() {

@@ -83,6 +83,10 @@ impl Task for JsonlTask {
         &self.name
     }
 
+    fn problems_total(&self) -> Option<usize> {
+        Some(self.examples.len())
+    }
+
     fn examples(&self, _split: Split, seed: u64, count: usize) -> Result<Vec<Example>> {
         Ok(seeded_order(&self.examples, seed, count))
     }

@@ -49,6 +49,12 @@ pub trait Task: Send + Sync {
     /// dataset tasks return records in a seeded order (cycling if `count` exceeds the file).
     fn examples(&self, split: Split, seed: u64, count: usize) -> Result<Vec<Example>>;
 
+    /// How many distinct problems the task's test split holds, for a finite set (a benchmark or
+    /// a data file: the whole file); `None` for generated tasks, which have no end.
+    fn problems_total(&self) -> Option<usize> {
+        None
+    }
+
     /// Scores one response to `example`. Never fails: a problem is a zero reward with a reason.
     fn score(&self, example: &Example, response: &str) -> Score;
 

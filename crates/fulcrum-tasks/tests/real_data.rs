@@ -14,10 +14,12 @@
 use std::path::{Path, PathBuf};
 
 use fulcrum_tasks::code::{CodeRunner, TestSpec};
-use fulcrum_tasks::data::registry::{default_data_dir, Benchmark, BENCHMARKS};
+use fulcrum_tasks::data::registry::{
+    default_data_dir, BenchFamily, Benchmark, BenchmarkTask, BENCHMARKS,
+};
 use fulcrum_tasks::data::{dedupe, load_strict, Format};
 use fulcrum_tasks::math::{check, MathOptions};
-use fulcrum_tasks::{Example, Verifier};
+use fulcrum_tasks::{Example, RewardMode, Task, Verifier};
 
 fn data_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../data")
@@ -50,6 +52,17 @@ fn every_benchmark_loads_with_its_record_count() -> Result<(), String> {
         }
         let ex = b.load(Some(&data_dir())).map_err(|e| e.to_string())?;
         assert_eq!(ex.len(), count, "{name}");
+        // `fulcrum eval` labels its numbers "N of TOTAL" with this total.
+        let path = b.path(Some(&data_dir()));
+        let task =
+            BenchmarkTask::load(b, Some(&path), RewardMode::ZeroOne).map_err(|e| e.to_string())?;
+        assert_eq!(task.problems_total(), Some(count), "{name}");
+        // The response length default follows the family, and code is the code family.
+        assert_eq!(
+            b.family == BenchFamily::Code,
+            b.verifier == Verifier::Code,
+            "{name}"
+        );
         for e in &ex {
             assert!(
                 !e.prompt.trim().is_empty() && !e.answer.trim().is_empty(),

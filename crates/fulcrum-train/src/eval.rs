@@ -3,7 +3,7 @@
 
 use fulcrum_model::{Model, Sampling};
 use fulcrum_tasks::{Example, Split, Task};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::engine::RolloutEngine;
 use crate::error::TrainError;
@@ -93,7 +93,7 @@ pub fn evaluate_configured(
 }
 
 /// One scored response of an evaluation (what `fulcrum eval --samples` writes).
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct EvalSample {
     /// The problem's identifier in its data file or task.
     pub id: String,
@@ -106,6 +106,22 @@ pub struct EvalSample {
     pub correct: bool,
     /// Why the verifier gave that reward.
     pub reason: String,
+}
+
+impl EvalSample {
+    /// The scored response `r` to `example`.
+    fn of(example: &Example, r: Rollout) -> EvalSample {
+        EvalSample {
+            id: example.id.clone(),
+            prompt: example.prompt.clone(),
+            tokens: r.response_ids.len(),
+            response: r.text,
+            truncated: r.truncated,
+            reward: r.reward,
+            correct: r.correct,
+            reason: r.reason,
+        }
+    }
 }
 
 /// Evaluates `model` on the first `s.prompts` examples of the task's test split.
@@ -126,18 +142,147 @@ pub fn evaluate_with_samples(
     let (result, rollouts, examples) = sample_and_measure(model, task, s)?;
     let samples = rollouts
         .into_iter()
-        .map(|r| EvalSample {
-            id: examples[r.group].id.clone(),
-            prompt: examples[r.group].prompt.clone(),
-            tokens: r.response_ids.len(),
-            response: r.text,
-            truncated: r.truncated,
-            reward: r.reward,
-            correct: r.correct,
-            reason: r.reason,
-        })
+        .map(|r| EvalSample::of(&examples[r.group], r))
         .collect();
     Ok((result, samples))
+}
+
+/// How [`sample_problems`] samples: `n` responses per problem, greedy at temperature 0.
+#[derive(Debug, Clone, Copy)]
+pub struct ProblemSampling {
+    pub n: usize,
+    /// 0: greedy.
+    pub temperature: f64,
+    pub max_new_tokens: usize,
+    pub seed: u64,
+}
+
+/// Problems per sampling chunk of [`evaluate`]: problem `i` of an evaluation draws from the
+/// streams of chunk `i / EVAL_CHUNK` at position `i % EVAL_CHUNK`.
+pub const EVAL_CHUNK: usize = 64;
+
+/// Samples `p.n` responses for each of `examples` and scores them: `out[j]` holds the responses
+/// to `examples[j]`, in sample order. Problem `j` of the slice is problem `first + j` of the evaluation's seeded
+/// order, and sample `g` of problem `i` draws from the stream that [`evaluate`] gives it
+/// (seed `mix(seed, i / 64)`, prompt `i % 64`, sample `g`), whatever slice it is sampled in:
+/// an evaluation resumed from a cache of finished problems draws what an uninterrupted one
+/// would, and `fulcrum eval` samples what the in-training evaluation of the same seed samples.
+/// (The same streams give the same tokens; only floating-point rounding can differ between
+/// batches of different composition, which at worst flips a near-tie.)
+pub fn sample_problems(
+    model: &Model,
+    task: &dyn Task,
+    examples: &[Example],
+    first: usize,
+    p: &ProblemSampling,
+) -> Result<Vec<Vec<EvalSample>>, TrainError> {
+    let sampling = if p.temperature > 0.0 {
+        Sampling::Sample {
+            temperature: p.temperature,
+            top_k: None,
+            top_p: None,
+        }
+    } else {
+        Sampling::Greedy
+    };
+    let mut out: Vec<Vec<EvalSample>> = vec![Vec::with_capacity(p.n); examples.len()];
+    let mut start = 0;
+    while start < examples.len() {
+        // One request per chunk: a request has one seed, and each chunk has its own.
+        let global = first + start;
+        let chunk = global / EVAL_CHUNK;
+        let end = examples
+            .len()
+            .min(start + (chunk + 1) * EVAL_CHUNK - global);
+        let piece = &examples[start..end];
+        let settings = SampleSettings {
+            first_prompt: global % EVAL_CHUNK,
+            samples_per_prompt: p.n,
+            max_new_tokens: p.max_new_tokens,
+            sampling,
+            seed: mix(p.seed, chunk as u64),
+            max_prompt_len: usize::MAX,
+        };
+        let (rollouts, _) =
+            sample_and_score(&mut RolloutEngine::Native, model, task, piece, &settings, 0)?;
+        // Rollouts come problem by problem, each problem's in sample order.
+        for r in rollouts {
+            let j = start + r.group;
+            out[j].push(EvalSample::of(&examples[j], r));
+        }
+        start = end;
+    }
+    Ok(out)
+}
+
+/// The measures of an evaluation with `n` responses to each problem, for a given `k <= n`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProblemMeasures {
+    pub problems: usize,
+    /// Responses per problem.
+    pub n: usize,
+    pub k: usize,
+    /// Mean over problems of c / n (c: correct responses of the problem's n).
+    pub pass_at_1: f64,
+    /// Mean over problems of the unbiased estimator 1 - C(n-c, k) / C(n, k)
+    /// ([`fulcrum_core::stats::pass_at_k`]): the chance that k of the n responses, drawn
+    /// without replacement, hold a correct one.
+    pub pass_at_k: f64,
+    /// Mean correctness over all n responses of every problem (the papers' avg@k, for n = k;
+    /// with n > k the same estimate of one response's accuracy, from more responses). Equal
+    /// to `pass_at_1`, since every problem has n responses.
+    pub avg_at_k: f64,
+    pub reward: f64,
+    /// Mean response length in tokens.
+    pub mean_len: f64,
+    /// Fraction of responses cut at the length limit.
+    pub truncated: f64,
+    /// Response tokens, all responses.
+    pub tokens: usize,
+}
+
+/// Measures an evaluation from each problem's responses (`problems[i]`: problem i's n
+/// responses). Every problem must have the same number n >= k >= 1 of responses.
+pub fn measure_problems(
+    problems: &[Vec<EvalSample>],
+    k: usize,
+) -> Result<ProblemMeasures, TrainError> {
+    let n = problems.first().map_or(0, Vec::len);
+    if problems.is_empty() || n == 0 {
+        return Err(TrainError::Run("no responses to measure".into()));
+    }
+    if let Some(bad) = problems.iter().find(|p| p.len() != n) {
+        return Err(TrainError::Run(format!(
+            "problems with unequal response counts ({n} and {})",
+            bad.len()
+        )));
+    }
+    let bad_k = || TrainError::Run(format!("pass@k needs 1 <= k <= n; k = {k}, n = {n}"));
+    if k == 0 || k > n {
+        return Err(bad_k());
+    }
+    let (mut p1, mut pk) = (0.0, 0.0);
+    for p in problems {
+        let c = p.iter().filter(|s| s.correct).count();
+        p1 += c as f64 / n as f64;
+        pk += fulcrum_core::stats::pass_at_k(n, c, k).ok_or_else(bad_k)?;
+    }
+    let all = problems.iter().flatten();
+    let responses = (problems.len() * n) as f64;
+    let tokens: usize = all.clone().map(|s| s.tokens).sum();
+    let count = problems.len() as f64;
+    Ok(ProblemMeasures {
+        problems: problems.len(),
+        n,
+        k,
+        pass_at_1: p1 / count,
+        pass_at_k: pk / count,
+        avg_at_k: all.clone().filter(|s| s.correct).count() as f64 / responses,
+        reward: all.clone().map(|s| s.reward).sum::<f64>() / responses,
+        mean_len: tokens as f64 / responses,
+        truncated: all.filter(|s| s.truncated).count() as f64 / responses,
+        tokens,
+    })
 }
 
 /// Samples and scores the test examples; the measures, the rollouts and their examples.
@@ -165,7 +310,7 @@ fn sample_and_measure(
     let t0 = std::time::Instant::now();
     let mut rollouts = Vec::new();
     // Chunks keep the sampler's batch (and memory) bounded on large sets.
-    for (c, chunk) in examples.chunks(64).enumerate() {
+    for (c, chunk) in examples.chunks(EVAL_CHUNK).enumerate() {
         let settings = SampleSettings {
             first_prompt: 0,
             samples_per_prompt: s.k,
@@ -180,7 +325,7 @@ fn sample_and_measure(
             task,
             chunk,
             &settings,
-            c * 64,
+            c * EVAL_CHUNK,
         )?;
         rollouts.extend(r);
     }
@@ -211,6 +356,103 @@ fn sample_and_measure(
 mod tests {
     use super::*;
     use fulcrum_core::Rule;
+
+    fn sample(correct: bool, tokens: usize, truncated: bool) -> EvalSample {
+        EvalSample {
+            id: "p".into(),
+            prompt: "q".into(),
+            response: "r".into(),
+            tokens,
+            truncated,
+            reward: if correct { 1.0 } else { 0.0 },
+            correct,
+            reason: String::new(),
+        }
+    }
+
+    /// Problems with 4 responses each, `correct[i]` of problem i correct.
+    fn problems(correct: &[usize]) -> Vec<Vec<EvalSample>> {
+        correct
+            .iter()
+            .map(|&c| {
+                (0..4)
+                    .map(|g| sample(g < c, 10 * (g + 1), g == 3))
+                    .collect()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn measures_of_hand_made_problems() {
+        let close = |a: f64, b: f64| (a - b).abs() < 1e-12;
+        // n = 4; correct 0, 1 and 4 of 4.
+        let m = measure_problems(&problems(&[0, 1, 4]), 2).unwrap();
+        assert_eq!((m.problems, m.n, m.k), (3, 4, 2));
+        // pass@1: mean of c/n = (0 + 1/4 + 1) / 3.
+        assert!(close(m.pass_at_1, 1.25 / 3.0), "{m:?}");
+        // pass@2: problem 2 is 1 - C(3,2)/C(4,2) = 1/2, so (0 + 1/2 + 1) / 3.
+        assert!(close(m.pass_at_k, 0.5), "{m:?}");
+        // avg@k: 5 correct of 12 responses.
+        assert!(close(m.avg_at_k, 5.0 / 12.0) && close(m.reward, 5.0 / 12.0));
+        assert!(close(m.mean_len, 25.0) && close(m.truncated, 0.25));
+        assert_eq!(m.tokens, 300);
+        // k = n: pass@k is "any of the n correct"; k = 1: pass@1.
+        let all = measure_problems(&problems(&[0, 1, 4]), 4).unwrap();
+        assert!(close(all.pass_at_k, 2.0 / 3.0));
+        let one = measure_problems(&problems(&[0, 1, 4]), 1).unwrap();
+        assert!(close(one.pass_at_k, one.pass_at_1));
+        // n = 4, c = 2, k = 3: 1 - C(2,3)/C(4,3) = 1 (any 3 of 4 hold a correct one).
+        assert!(close(
+            measure_problems(&problems(&[2]), 3).unwrap().pass_at_k,
+            1.0
+        ));
+        // Refused: k out of range, unequal response counts, nothing to measure.
+        assert!(measure_problems(&problems(&[1]), 5).is_err());
+        assert!(measure_problems(&problems(&[1]), 0).is_err());
+        let mut uneven = problems(&[1, 2]);
+        uneven[1].pop();
+        assert!(measure_problems(&uneven, 1).is_err());
+        assert!(measure_problems(&[], 1).is_err());
+    }
+
+    #[test]
+    fn sampling_problems_in_any_slices_draws_the_evaluations_streams() {
+        use fulcrum_tasks::{create_task, TaskConfig};
+        let model = Model::tiny(tch::Device::Cpu, 0).unwrap();
+        let task = create_task(&TaskConfig::default()).unwrap();
+        // 70 problems: past the first chunk of 64, so the chunk seeds are exercised.
+        let s = EvalSettings {
+            prompts: 70,
+            k: 2,
+            temperature: 1.0,
+            max_new_tokens: 6,
+            max_prompt_len: usize::MAX,
+            seed: 11,
+        };
+        let (_, whole) = evaluate_with_samples(&model, task.as_ref(), &s).unwrap();
+        let examples = task.examples(Split::Test, s.seed, s.prompts).unwrap();
+        let p = ProblemSampling {
+            n: 2,
+            temperature: 1.0,
+            max_new_tokens: 6,
+            seed: 11,
+        };
+        // Slices that start mid-chunk and one that straddles the chunk boundary.
+        let mut pieces = Vec::new();
+        for (a, b) in [(0, 5), (5, 60), (60, 70)] {
+            let got = sample_problems(&model, task.as_ref(), &examples[a..b], a, &p).unwrap();
+            assert_eq!(got.len(), b - a);
+            assert!(got.iter().all(|s| s.len() == 2));
+            pieces.extend(got.into_iter().flatten());
+        }
+        assert_eq!(pieces.len(), whole.len());
+        assert_eq!(pieces, whole);
+        // A different seed draws other responses (the comparison above can fail).
+        let other = ProblemSampling { seed: 12, ..p };
+        let moved = sample_problems(&model, task.as_ref(), &examples[..5], 0, &other).unwrap();
+        let moved: Vec<EvalSample> = moved.into_iter().flatten().collect();
+        assert_ne!(moved, whole[..10]);
+    }
 
     #[test]
     fn the_eval_seed_is_the_rules_and_with_eval_seed_every_runs() {

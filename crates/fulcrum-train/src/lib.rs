@@ -51,7 +51,8 @@ pub use config::{
 pub use data::{DataPosition, DataStream};
 pub use error::TrainError;
 pub use eval::{
-    evaluate, evaluate_configured, evaluate_with_samples, EvalResult, EvalSample, EvalSettings,
+    evaluate, evaluate_configured, evaluate_with_samples, measure_problems, sample_problems,
+    EvalResult, EvalSample, EvalSettings, ProblemMeasures, ProblemSampling, EVAL_CHUNK,
 };
 pub use event::Event;
 pub use interrupt::{install_signal_handlers, request_stop, stop_requested, INTERRUPTED_EXIT};

@@ -32,7 +32,7 @@ enum Command {
     Train(cmd::train::Args),
     /// Supervised warm-up on a task's demonstrations.
     Sft(cmd::sft::Args),
-    /// Evaluate a model on built-in tasks or benchmarks: avg@k and pass@k.
+    /// Evaluate a model on tasks or benchmarks (whole sets by default): pass@1, pass@k, avg@k.
     Eval(cmd::eval::Args),
     /// Complete a prompt with a model (tiny, HF folder or GGUF) and print the continuation.
     Generate(cmd::generate::Args),

@@ -45,16 +45,6 @@ fn train(cwd: &Path, extra: &[&str]) -> Output {
         .expect("fulcrum runs")
 }
 
-/// `fulcrum eval --model tiny --threads 1 --json` with `extra` arguments, in `cwd`.
-fn eval_tiny(cwd: &Path, extra: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_fulcrum"))
-        .current_dir(cwd)
-        .args(["eval", "--model", "tiny", "--threads", "1", "--json"])
-        .args(extra)
-        .output()
-        .expect("fulcrum runs")
-}
-
 fn err(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
@@ -311,89 +301,6 @@ fn bad_input_stops_before_training_naming_what_and_where() {
             "case {k} trained anyway"
         );
     }
-}
-
-#[test]
-fn eval_takes_task_specs_with_settings_and_names_a_bad_one() {
-    let dir = tempfile::tempdir().unwrap();
-    let eval = |bench: &str| {
-        eval_tiny(
-            dir.path(),
-            &["--bench", bench, "--prompts", "2", "--max-new-tokens", "8"],
-        )
-    };
-    let o = eval("arithmetic:difficulty=1,mistake_length=2,lists");
-    assert!(o.status.success(), "{}", err(&o));
-    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
-    let benches: Vec<&str> = v["results"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| r["bench"].as_str().unwrap())
-        .collect();
-    assert_eq!(
-        benches,
-        ["arithmetic:difficulty=1,mistake_length=2", "lists"]
-    );
-    let bad = eval("lists:verbose_rate=7");
-    assert_eq!(bad.status.code(), Some(2));
-    assert!(err(&bad).contains("verbose_rate"), "{}", err(&bad));
-    assert!(bad.stdout.is_empty());
-}
-
-#[test]
-fn eval_samples_file_holds_every_scored_response() {
-    let dir = tempfile::tempdir().unwrap();
-    let o = eval_tiny(
-        dir.path(),
-        &[
-            "--bench",
-            "arithmetic:difficulty=1,lists",
-            "--prompts",
-            "3",
-            "--k",
-            "2",
-            "--temperature",
-            "1",
-            "--max-new-tokens",
-            "12",
-            "--samples",
-            "s.jsonl",
-        ],
-    );
-    assert!(o.status.success(), "{}", err(&o));
-    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
-    let text = std::fs::read_to_string(dir.path().join("s.jsonl")).unwrap();
-    let lines: Vec<Value> = text
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
-    assert_eq!(lines.len(), 2 * 3 * 2, "2 benches x 3 problems x k=2");
-    for r in v["results"].as_array().unwrap() {
-        let bench = r["bench"].as_str().unwrap();
-        let mine: Vec<&Value> = lines.iter().filter(|l| l["bench"] == bench).collect();
-        assert_eq!(mine.len(), 6, "{bench}");
-        let n = mine.len() as f64;
-        let correct = mine.iter().filter(|l| l["correct"] == true).count() as f64;
-        let tokens: f64 = mine.iter().map(|l| l["tokens"].as_f64().unwrap()).sum();
-        let cut = mine.iter().filter(|l| l["truncated"] == true).count() as f64;
-        let res = &r["result"];
-        assert!((res["accuracy"].as_f64().unwrap() - correct / n).abs() < 1e-9);
-        assert!((res["mean_len"].as_f64().unwrap() - tokens / n).abs() < 1e-9);
-        assert!((res["truncated"].as_f64().unwrap() - cut / n).abs() < 1e-9);
-        for l in &mine {
-            assert!(!l["id"].as_str().unwrap().is_empty());
-            assert!(!l["prompt"].as_str().unwrap().is_empty());
-            assert!(l["response"].is_string() && l["reason"].is_string());
-        }
-    }
-    // An unwritable samples path fails before the model is loaded, naming the path.
-    let o = eval_tiny(
-        dir.path(),
-        &["--bench", "lists", "--samples", "no/such/dir/s.jsonl"],
-    );
-    assert_eq!(o.status.code(), Some(2));
-    assert!(err(&o).contains("no/such/dir/s.jsonl"), "{}", err(&o));
 }
 
 /// Starts `fulcrum train` on the small config with `extra`, waits for its first metrics line,

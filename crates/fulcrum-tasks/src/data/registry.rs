@@ -27,6 +27,49 @@ pub struct Benchmark {
     pub template: &'static str,
     /// How responses are checked.
     pub verifier: Verifier,
+    /// What kind of problems: sets the default response length limit of `fulcrum eval`.
+    pub family: BenchFamily,
+}
+
+/// The kinds of benchmark, by how long a worked answer runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BenchFamily {
+    /// Programs (HumanEval, MBPP, LeetCode): a function or two.
+    Code,
+    /// Grade-school word problems (GSM8K): a short chain of arithmetic.
+    GradeSchool,
+    /// School and undergraduate math (MATH-500, Minerva).
+    Math,
+    /// Competition math (AIME, AMC, OlympiadBench): long derivations.
+    Competition,
+}
+
+impl BenchFamily {
+    /// The default response length limit in tokens. A cut answer scores as wrong, so a limit
+    /// too short for the family understates a model; one far too long only costs time on
+    /// answers that loop. Code: a function is a few hundred tokens (Qwen2.5-Coder-0.5B's
+    /// HumanEval answers average about 200, none reached 768). GSM8K: chains of a few hundred
+    /// tokens, with room for a verbose model. Math: the Qwen2.5-Math evaluation harness allows
+    /// 2048. Competition math: derivations of thousands of tokens (the RL papers allow 8k and
+    /// more; 4096 is the default, `--protocol paper` uses its recipes' 8192).
+    pub fn max_new_tokens(self) -> usize {
+        match self {
+            BenchFamily::Code => 512,
+            BenchFamily::GradeSchool => 1024,
+            BenchFamily::Math => 2048,
+            BenchFamily::Competition => 4096,
+        }
+    }
+
+    /// The family's name in tables and messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            BenchFamily::Code => "code",
+            BenchFamily::GradeSchool => "grade-school math",
+            BenchFamily::Math => "math",
+            BenchFamily::Competition => "competition math",
+        }
+    }
 }
 
 const MATH_TEMPLATE: &str =
@@ -36,16 +79,16 @@ const CODE_TEMPLATE: &str =
 
 /// The registry, one row per benchmark (a flat table of like items).
 pub const BENCHMARKS: [Benchmark; 10] = [
-    Benchmark { name: "aime24", file: "math_eval/aime24.jsonl", format: Format::Polaris, template: MATH_TEMPLATE, verifier: Verifier::Math },
-    Benchmark { name: "aime25", file: "math_eval/aime25.parquet", format: Format::Verl, template: "{problem}", verifier: Verifier::Math },
-    Benchmark { name: "amc23", file: "math_eval/amc23.jsonl", format: Format::Qa, template: MATH_TEMPLATE, verifier: Verifier::Math },
-    Benchmark { name: "math500", file: "math_eval/math500.jsonl", format: Format::Polaris, template: MATH_TEMPLATE, verifier: Verifier::Math },
-    Benchmark { name: "minerva", file: "math_eval/minerva_math.jsonl", format: Format::Math, template: MATH_TEMPLATE, verifier: Verifier::Math },
-    Benchmark { name: "olympiadbench", file: "math_eval/olympiadbench.jsonl", format: Format::Olympiad, template: MATH_TEMPLATE, verifier: Verifier::Math },
-    Benchmark { name: "gsm8k", file: "math_eval/gsm8k_test.jsonl", format: Format::Gsm8k, template: MATH_TEMPLATE, verifier: Verifier::Math },
-    Benchmark { name: "humaneval", file: "code/HumanEval.jsonl.gz", format: Format::HumanEval, template: "Complete the following Python function.\n\n```python\n{problem}```\n\nWrite the complete function in one ```python code block.", verifier: Verifier::Code },
-    Benchmark { name: "mbpp", file: "code/mbpp_sanitized.json", format: Format::Mbpp, template: CODE_TEMPLATE, verifier: Verifier::Code },
-    Benchmark { name: "leetcode", file: "code/leetcode_test.json", format: Format::LeetCode, template: "{problem}", verifier: Verifier::Code },
+    Benchmark { name: "aime24", file: "math_eval/aime24.jsonl", format: Format::Polaris, template: MATH_TEMPLATE, verifier: Verifier::Math, family: BenchFamily::Competition },
+    Benchmark { name: "aime25", file: "math_eval/aime25.parquet", format: Format::Verl, template: "{problem}", verifier: Verifier::Math, family: BenchFamily::Competition },
+    Benchmark { name: "amc23", file: "math_eval/amc23.jsonl", format: Format::Qa, template: MATH_TEMPLATE, verifier: Verifier::Math, family: BenchFamily::Competition },
+    Benchmark { name: "math500", file: "math_eval/math500.jsonl", format: Format::Polaris, template: MATH_TEMPLATE, verifier: Verifier::Math, family: BenchFamily::Math },
+    Benchmark { name: "minerva", file: "math_eval/minerva_math.jsonl", format: Format::Math, template: MATH_TEMPLATE, verifier: Verifier::Math, family: BenchFamily::Math },
+    Benchmark { name: "olympiadbench", file: "math_eval/olympiadbench.jsonl", format: Format::Olympiad, template: MATH_TEMPLATE, verifier: Verifier::Math, family: BenchFamily::Competition },
+    Benchmark { name: "gsm8k", file: "math_eval/gsm8k_test.jsonl", format: Format::Gsm8k, template: MATH_TEMPLATE, verifier: Verifier::Math, family: BenchFamily::GradeSchool },
+    Benchmark { name: "humaneval", file: "code/HumanEval.jsonl.gz", format: Format::HumanEval, template: "Complete the following Python function.\n\n```python\n{problem}```\n\nWrite the complete function in one ```python code block.", verifier: Verifier::Code, family: BenchFamily::Code },
+    Benchmark { name: "mbpp", file: "code/mbpp_sanitized.json", format: Format::Mbpp, template: CODE_TEMPLATE, verifier: Verifier::Code, family: BenchFamily::Code },
+    Benchmark { name: "leetcode", file: "code/leetcode_test.json", format: Format::LeetCode, template: "{problem}", verifier: Verifier::Code, family: BenchFamily::Code },
 ];
 
 /// The benchmark names, in registry order.
@@ -144,6 +187,9 @@ impl Task for BenchmarkTask {
     }
     fn examples(&self, split: Split, seed: u64, count: usize) -> Result<Vec<Example>> {
         self.inner.examples(split, seed, count)
+    }
+    fn problems_total(&self) -> Option<usize> {
+        self.inner.problems_total()
     }
     fn score(&self, example: &Example, response: &str) -> Score {
         self.inner.score(example, response)
