@@ -176,15 +176,7 @@ pub fn sample_problems(
     first: usize,
     p: &ProblemSampling,
 ) -> Result<Vec<Vec<EvalSample>>, TrainError> {
-    let sampling = if p.temperature > 0.0 {
-        Sampling::Sample {
-            temperature: p.temperature,
-            top_k: None,
-            top_p: None,
-        }
-    } else {
-        Sampling::Greedy
-    };
+    let sampling = sampling_at(p.temperature);
     let mut out: Vec<Vec<EvalSample>> = vec![Vec::with_capacity(p.n); examples.len()];
     let mut start = 0;
     while start < examples.len() {
@@ -298,15 +290,7 @@ fn sample_and_measure(
             task.name()
         )));
     }
-    let sampling = if s.temperature > 0.0 {
-        Sampling::Sample {
-            temperature: s.temperature,
-            top_k: None,
-            top_p: None,
-        }
-    } else {
-        Sampling::Greedy
-    };
+    let sampling = sampling_at(s.temperature);
     let t0 = std::time::Instant::now();
     let mut rollouts = Vec::new();
     // Chunks keep the sampler's batch (and memory) bounded on large sets.
@@ -350,6 +334,20 @@ fn sample_and_measure(
         greedy_truncated: None,
     };
     Ok((result, rollouts, examples))
+}
+
+/// How an evaluation samples at `temperature`: greedy at 0, else the full distribution (no
+/// top-k or top-p, so that avg@k and pass@k measure the policy itself).
+fn sampling_at(temperature: f64) -> Sampling {
+    if temperature > 0.0 {
+        Sampling::Sample {
+            temperature,
+            top_k: None,
+            top_p: None,
+        }
+    } else {
+        Sampling::Greedy
+    }
 }
 
 #[cfg(test)]
