@@ -11,7 +11,7 @@
 #!   scripts/study2.sh unpack           # ... and back, so that a fresh checkout resumes the study
 #!
 #! Phases (configs/study/decisive.toml; cells set the length knobs of shape.rs):
-#!   pilot   ba for 20 steps in each cell (the manipulation checks: token's mass ratio, within-
+#!   pilot   ba for 20 steps at lr 2e-5 in each cell (the manipulation checks: token's mass ratio, within-
 #!           side CV, truncation, the warm-up's accuracy), and ba in C0 and BOTH for 40 steps at
 #!           four learning rates (the sweep that chose optim.lr)
 #!   main    token, seq, ba, token-group x 4 cells x 4 seeds, 80 steps
@@ -29,7 +29,7 @@ jobs=${JOBS:-2}
 config=configs/study/decisive.toml
 base="arithmetic:difficulty=2,mistake_rate=0.3"
 levels="verbose_levels=0:0.6/1:0.2/4:0.2"
-loop="loop_rate=1,loop_length=280"
+loop="loop_rate=1,loop_length=420"
 C0="$base"
 CV="$base,$levels"
 LOOP="$base,$loop"
@@ -62,7 +62,8 @@ compare() {
 }
 
 pilot() {
-    compare "$root/pilot" --rules ba --seeds 1 --steps 20 --tasks "$C0,$CV,$LOOP,$BOTH"
+    # The manipulation checks ran at 2e-5, before the sweep chose the config's lr.
+    compare "$root/pilot" --rules ba --seeds 1 --steps 20 --tasks "$C0,$CV,$LOOP,$BOTH" --set optim.lr=0.00002
     for lr in 0.000005 0.00001 0.00002 0.00004; do
         compare "$root/lr-$lr" --rules ba --seeds 1 --steps 40 --tasks "$C0,$BOTH" --set "optim.lr=$lr"
     done

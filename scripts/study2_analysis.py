@@ -268,11 +268,15 @@ def run_measures(d, phase):
 
     w = COLLAPSE["window"]
     ent = [get(m, "entropy/mean") for m in steps]
-    length = [get(m, "len/mean") for m in steps]
+    # The correct responses' length: the mean over all falls by design when loops are suppressed.
+    length = [get(m, "len/pos_mean") for m in steps]
     trunc = [get(m, "len/truncated_frac") for m in steps]
     grads = [get(m, "grad/norm") for m in steps]
     ent0, len0, trunc0 = mean(ent[:w]), mean(length[:w]), mean(trunc[:w])
     ent_m, len_m, trunc_m = moving(ent, w), moving(length, w), moving(trunc, w)
+    # Events are read on full windows only: a partial window at the start is one or two noisy
+    # steps, not a trend (the first step alone could otherwise be "1.5x its start").
+    ent_f, len_f, trunc_f = ent_m[w - 1 :], len_m[w - 1 :], trunc_m[w - 1 :]
     r["entropy_ratio"] = mean(ent[-w:]) / ent0 if ent0 else None
     r["entropy_slope"] = _slope([(m["step"], e) for m, e in zip(steps, ent) if e is not None])
     r["len_pos_last"] = mean([get(m, "len/pos_mean") for m in steps[-10:]])
@@ -290,14 +294,14 @@ def run_measures(d, phase):
     med = sorted(g for g in grads if g is not None)
     med = med[len(med) // 2] if med else None
     events = {
-        "entropy": any(e is not None and ent0 and e < COLLAPSE["entropy_floor"] * ent0 for e in ent_m),
+        "entropy": any(e is not None and ent0 and e < COLLAPSE["entropy_floor"] * ent0 for e in ent_f),
         "length": any(
             l is not None and len0 and (l > COLLAPSE["len_high"] * len0 or l < COLLAPSE["len_low"] * len0)
-            for l in len_m
+            for l in len_f
         ),
         "truncation": any(
             t is not None and trunc0 is not None and t > max(COLLAPSE["trunc_abs"], COLLAPSE["trunc_rel"] * trunc0)
-            for t in trunc_m
+            for t in trunc_f
         ),
         "accuracy": (
             r["final_avg"] is not None
