@@ -42,7 +42,8 @@ def main() -> int:
           "| mean response (tokens) | limit | cut at the limit | wall (s) | tokens/s |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for key, name in MODELS.items():
-        total = {"n": 0, "ok": 0.0, "tokens": 0.0, "secs": 0.0, "cut": 0.0, "resumed": False}
+        total = {"n": 0, "ok": 0.0, "tokens": 0.0, "secs": 0.0, "cut": 0.0, "resumed": False,
+                 "fresh_tokens": 0.0, "fresh_secs": 0.0}
         for bench in ORDER:
             path = root / f"{key}-{bench}.json"
             if not path.is_file():
@@ -58,7 +59,8 @@ def main() -> int:
                 cut = r.get("truncated")  # absent in files of older builds
                 of = r.get("problems_total", TOTALS.get(bench))
                 limit = r.get("max_new_tokens")
-                resumed = r.get("problems_cached", 0) > 0
+                cached = r.get("problems_cached", 0)
+                resumed = cached > 0
             except (ValueError, KeyError, IndexError, TypeError) as e:
                 print(f"eval-real-table: {path}: unreadable ({e})", file=sys.stderr)
                 return 2
@@ -68,21 +70,31 @@ def main() -> int:
             total["tokens"] += mean_len * n
             total["secs"] += secs
             total["resumed"] |= resumed
+            if not resumed:
+                # Only a run that sampled every problem itself has a whole-set rate.
+                total["fresh_tokens"] += mean_len * n
+                total["fresh_secs"] += secs
             total["cut"] = None if cut is None or total["cut"] is None else total["cut"] + cut * n
             cut_text = "?" if cut is None else f"{100 * cut:.0f}%"
             of_text = f"{problems} of {of}" if of is not None else f"{problems}"
             limit_text = "?" if limit is None else f"{limit}"
-            wall = f"{secs:.0f}{'+' if resumed else ''}"
+            # All problems read from the samples file: this run sampled nothing, so neither its
+            # wall time nor its rate describe the evaluation.
+            all_cached = cached >= problems
+            wall = "-" if all_cached else f"{secs:.0f}{'+' if resumed else ''}"
+            tps_text = "-" if all_cached else f"{tps:.1f}"
             print(f"| {name} | {bench} | {of_text} | {n} | {ok} | {100 * acc:.1f}% ({wilson(ok, n)}) "
-                  f"| {mean_len:.0f} | {limit_text} | {cut_text} | {wall} | {tps:.1f} |")
+                  f"| {mean_len:.0f} | {limit_text} | {cut_text} | {wall} | {tps_text} |")
         if total["n"]:
             n = total["n"]
             cut_text = "?" if total["cut"] is None else f"{100 * total['cut'] / n:.0f}%"
             wall = f"{total['secs']:.0f}{'+' if total['resumed'] else ''}"
+            rate = (f"{total['fresh_tokens'] / total['fresh_secs']:.1f}" if total["fresh_secs"] > 0
+                    else "-")
             print(f"| {name} | **all** | | {n} | {total['ok']:.0f} "
                   f"| {100 * total['ok'] / n:.1f}% ({wilson(total['ok'], n)}) | {total['tokens'] / n:.0f} "
                   f"| | {cut_text} "
-                  f"| {wall} | {total['tokens'] / max(total['secs'], 1e-9):.1f} |")
+                  f"| {wall} | {rate} |")
     return 0
 
 
