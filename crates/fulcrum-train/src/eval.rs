@@ -176,33 +176,25 @@ pub fn sample_problems(
     first: usize,
     p: &ProblemSampling,
 ) -> Result<Vec<Vec<EvalSample>>, TrainError> {
-    let sampling = sampling_at(p.temperature);
-    let mut out: Vec<Vec<EvalSample>> = vec![Vec::with_capacity(p.n); examples.len()];
-    let mut start = 0;
-    while start < examples.len() {
-        // One request per chunk: a request has one seed, and each chunk has its own.
-        let global = first + start;
-        let chunk = global / EVAL_CHUNK;
-        let end = examples
-            .len()
-            .min(start + (chunk + 1) * EVAL_CHUNK - global);
-        let piece = &examples[start..end];
-        let settings = SampleSettings {
-            first_prompt: global % EVAL_CHUNK,
+    let rollouts = sample_in_chunks(
+        model,
+        task,
+        examples,
+        first,
+        &SampleSettings {
+            first_prompt: 0,
             samples_per_prompt: p.n,
             max_new_tokens: p.max_new_tokens,
-            sampling,
-            seed: mix(p.seed, chunk as u64),
+            sampling: sampling_at(p.temperature),
+            seed: p.seed,
             max_prompt_len: usize::MAX,
-        };
-        let (rollouts, _) =
-            sample_and_score(&mut RolloutEngine::Native, model, task, piece, &settings, 0)?;
-        // Rollouts come problem by problem, each problem's in sample order.
-        for r in rollouts {
-            let j = start + r.group;
-            out[j].push(EvalSample::of(&examples[j], r));
-        }
-        start = end;
+        },
+    )?;
+    let mut out: Vec<Vec<EvalSample>> = vec![Vec::with_capacity(p.n); examples.len()];
+    // Rollouts come problem by problem, each problem's in sample order.
+    for r in rollouts {
+        let j = r.group;
+        out[j].push(EvalSample::of(&examples[j], r));
     }
     Ok(out)
 }
@@ -290,29 +282,21 @@ fn sample_and_measure(
             task.name()
         )));
     }
-    let sampling = sampling_at(s.temperature);
     let t0 = std::time::Instant::now();
-    let mut rollouts = Vec::new();
-    // Chunks keep the sampler's batch (and memory) bounded on large sets.
-    for (c, chunk) in examples.chunks(EVAL_CHUNK).enumerate() {
-        let settings = SampleSettings {
+    let rollouts = sample_in_chunks(
+        model,
+        task,
+        &examples,
+        0,
+        &SampleSettings {
             first_prompt: 0,
             samples_per_prompt: s.k,
             max_new_tokens: s.max_new_tokens,
-            sampling,
-            seed: mix(s.seed, c as u64),
+            sampling: sampling_at(s.temperature),
+            seed: s.seed,
             max_prompt_len: s.max_prompt_len,
-        };
-        let (r, _) = sample_and_score(
-            &mut RolloutEngine::Native,
-            model,
-            task,
-            chunk,
-            &settings,
-            c * EVAL_CHUNK,
-        )?;
-        rollouts.extend(r);
-    }
+        },
+    )?;
     let secs = t0.elapsed().as_secs_f64();
     let n = rollouts.len().max(1) as f64;
     let mut any_correct = vec![false; examples.len()];
@@ -334,6 +318,46 @@ fn sample_and_measure(
         greedy_truncated: None,
     };
     Ok((result, rollouts, examples))
+}
+
+/// Samples and scores `examples`, problems `first..` of an evaluation's seeded order, in the
+/// evaluation's chunks of [`EVAL_CHUNK`] problems: chunk `c` is one request seeded
+/// `mix(base.seed, c)`, problem `i` sits at position `i % EVAL_CHUNK` of its chunk (the
+/// sampler's stream position), so a problem's responses do not depend on the slice it is
+/// sampled in. Chunks also bound the sampler's batch (and memory) on large sets. Rollouts are
+/// numbered by their problem's index in `examples`, in problem order.
+fn sample_in_chunks(
+    model: &Model,
+    task: &dyn Task,
+    examples: &[Example],
+    first: usize,
+    base: &SampleSettings,
+) -> Result<Vec<Rollout>, TrainError> {
+    let mut rollouts = Vec::new();
+    let mut start = 0;
+    while start < examples.len() {
+        let global = first + start;
+        let chunk = global / EVAL_CHUNK;
+        let end = examples
+            .len()
+            .min(start + (chunk + 1) * EVAL_CHUNK - global);
+        let settings = SampleSettings {
+            first_prompt: global % EVAL_CHUNK,
+            seed: mix(base.seed, chunk as u64),
+            ..*base
+        };
+        let (r, _) = sample_and_score(
+            &mut RolloutEngine::Native,
+            model,
+            task,
+            &examples[start..end],
+            &settings,
+            start,
+        )?;
+        rollouts.extend(r);
+        start = end;
+    }
+    Ok(rollouts)
 }
 
 /// How an evaluation samples at `temperature`: greedy at 0, else the full distribution (no
