@@ -13,6 +13,7 @@
 //! - `load` (HF folders, GGUF files), `tokenizer`, `chat_template`, `model`, `spec`;
 //! - `sampler`: the KV-cache batched sampler; `logprobs` and `masked_logprobs`: per-token
 //!   log-probabilities and entropy for training (the LM head only on response positions);
+//!   `shared_prompt`: the same with a group's common prompt forwarded once;
 //! - `optim`: AdamW, gradient clipping, learning-rate schedules; `checkpoint`: model and
 //!   optimizer files (the trainer owns the checkpoint directory, its version and metadata);
 //! - `runtime`: device, dtype, threads; `error`: [`ModelError`].
@@ -34,6 +35,7 @@ pub mod optim;
 pub mod runtime;
 pub mod sampler;
 pub mod save_gguf;
+pub mod shared_prompt;
 pub mod spec;
 pub mod tokenizer;
 mod torch_seed;

@@ -205,11 +205,49 @@ pub fn masked_sequence_logprobs_with<'a>(
         )?;
         (hidden.reshape([b * t, -1]), None)
     };
+    head_on_mask(
+        net,
+        hidden,
+        &input_ids.narrow(1, 1, t),
+        mask,
+        HeadSettings {
+            temperature,
+            entropy_grad,
+            logit_budget,
+        },
+        trunk,
+    )
+}
+
+/// How [`head_on_mask`] runs the LM head.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct HeadSettings {
+    pub temperature: f64,
+    pub entropy_grad: EntropyGrad,
+    pub logit_budget: i64,
+}
+
+/// The head part of [`masked_sequence_logprobs_with`]: log-probabilities and entropies `[B, T]`
+/// of `next_ids` `[B, T]` (the token each position scores) from the trunk's output `hidden`
+/// `[B * T, hidden]`, only where `mask` `[B, T]` is nonzero, in chunks of at most
+/// `logit_budget` logits (recomputed in backward when there are several).
+pub(crate) fn head_on_mask<'a>(
+    net: &'a Transformer,
+    hidden: Tensor,
+    next_ids: &Tensor,
+    mask: &Tensor,
+    settings: HeadSettings,
+    trunk: Option<CheckpointedTrunk<'a>>,
+) -> Result<(TokenLogprobs, HeadBackward<'a>)> {
+    let HeadSettings {
+        temperature,
+        entropy_grad,
+        logit_budget,
+    } = settings;
+    let (b, t) = (mask.size()[0], mask.size()[1]);
+    let device = hidden.device();
     let index = mask.reshape([-1]).ne(0.0).nonzero().squeeze_dim(1);
-    let targets = input_ids
-        .narrow(1, 1, t)
-        .reshape([-1])
-        .index_select(0, &index);
+    let targets = next_ids.reshape([-1]).index_select(0, &index);
     let rows = index.size()[0];
     let vocab = net.config().vocab_size.max(1);
     let rows_per_chunk = (logit_budget / vocab).max(1);

@@ -106,6 +106,20 @@ pub enum AttnMask<'a> {
     Explicit(&'a Tensor),
 }
 
+/// What a forward does with each layer's keys and values besides attending to them.
+pub(crate) enum LayerKv<'a> {
+    /// Nothing more (a plain forward).
+    Own,
+    /// Appended to the sampler's cache; attention covers everything cached so far.
+    Cache(&'a mut KvCache),
+    /// Kept with their graph, one entry per layer, for forwards that continue this sequence
+    /// (the shared prompt of a group, `shared_prompt.rs`).
+    Keep(&'a mut Vec<(Tensor, Tensor)>),
+    /// Attention covers these keys and values of a one-row prefix (shared by every row, and
+    /// differentiated through) before the input's own.
+    After(&'a [(Tensor, Tensor)]),
+}
+
 /// Grouped-query self-attention with optional q/k/v biases and per-head q/k norms.
 #[derive(Debug)]
 pub struct Attention {
@@ -144,7 +158,8 @@ impl Attention {
         xs: &Tensor,
         rope: &(Tensor, Tensor),
         mask: &AttnMask,
-        cache: Option<(&mut KvCache, usize)>,
+        kv: &mut LayerKv,
+        layer: usize,
     ) -> Tensor {
         let (b, t) = (xs.size()[0], xs.size()[1]);
         let heads = |proj: &Linear, n: i64, norm: &Option<RmsNorm>| {
@@ -166,9 +181,21 @@ impl Attention {
             &rope.1,
         );
         let v = heads(&self.v_proj, self.num_kv_heads, &None);
-        let (k, v) = match cache {
-            Some((cache, layer)) => cache.append(layer, &k, &v),
-            None => (k, v),
+        let (k, v) = match kv {
+            LayerKv::Own => (k, v),
+            LayerKv::Cache(cache) => cache.append(layer, &k, &v),
+            LayerKv::Keep(kept) => {
+                kept.push((k.shallow_clone(), v.shallow_clone()));
+                (k, v)
+            }
+            LayerKv::After(prefix) => {
+                let (pk, pv) = &prefix[layer];
+                let rows = |t: &Tensor| t.expand([b, -1, -1, -1], false);
+                (
+                    Tensor::cat(&[rows(pk), k], 2),
+                    Tensor::cat(&[rows(pv), v], 2),
+                )
+            }
         };
         let gqa = self.num_heads != self.num_kv_heads;
         if gqa && t == 1 && !matches!(mask, AttnMask::Causal) {
@@ -235,12 +262,13 @@ impl DecoderLayer {
         xs: &Tensor,
         rope: &(Tensor, Tensor),
         mask: &AttnMask,
-        cache: Option<(&mut KvCache, usize)>,
+        kv: &mut LayerKv,
+        layer: usize,
     ) -> Tensor {
         let h = xs
             + self
                 .self_attn
-                .forward(&self.input_layernorm.forward(xs), rope, mask, cache);
+                .forward(&self.input_layernorm.forward(xs), rope, mask, kv, layer);
         let out = self.mlp.forward(&self.post_attention_layernorm.forward(&h));
         h + out
     }
@@ -356,7 +384,21 @@ impl Transformer {
         input_ids: &Tensor,
         positions: &Tensor,
         mask: &AttnMask,
-        mut cache: Option<&mut KvCache>,
+        cache: Option<&mut KvCache>,
+    ) -> Result<Tensor> {
+        match cache {
+            Some(cache) => self.forward_layers(input_ids, positions, mask, LayerKv::Cache(cache)),
+            None => self.forward_layers(input_ids, positions, mask, LayerKv::Own),
+        }
+    }
+
+    /// [`Transformer::forward_hidden`] with any use of the layers' keys and values.
+    pub(crate) fn forward_layers(
+        &self,
+        input_ids: &Tensor,
+        positions: &Tensor,
+        mask: &AttnMask,
+        mut kv: LayerKv,
     ) -> Result<Tensor> {
         let size = input_ids.size();
         if size.len() != 2 || positions.size() != size {
@@ -365,7 +407,7 @@ impl Transformer {
                 positions.size()
             )));
         }
-        if let Some(cache) = cache.as_deref() {
+        if let LayerKv::Cache(cache) = &kv {
             cache.reserve(size[1])?;
             if cache.batch() != size[0] {
                 return Err(ModelError::Invalid(format!(
@@ -378,9 +420,9 @@ impl Transformer {
         let mut xs = self.embed(input_ids)?;
         let rope = self.rope.tables(positions, self.kind());
         for (i, layer) in self.layers.iter().enumerate() {
-            xs = layer.forward(&xs, &rope, mask, cache.as_deref_mut().map(|c| (c, i)));
+            xs = layer.forward(&xs, &rope, mask, &mut kv, i);
         }
-        if let Some(cache) = cache {
+        if let LayerKv::Cache(cache) = kv {
             cache.advance(size[1]);
         }
         Ok(self.norm.forward(&xs))
@@ -397,7 +439,7 @@ impl Transformer {
         let mut xs = embedded.detach();
         tch::no_grad(|| {
             for layer in &self.layers {
-                let next = layer.forward(&xs, &rope, &AttnMask::Causal, None);
+                let next = layer.forward(&xs, &rope, &AttnMask::Causal, &mut LayerKv::Own, 0);
                 inputs.push(std::mem::replace(&mut xs, next));
             }
         });
@@ -477,7 +519,7 @@ impl CheckpointedTrunk<'_> {
         }
         for (layer, input) in self.net.layers.iter().zip(&self.inputs).rev() {
             let leaf = input.detach().set_requires_grad(true);
-            let out = layer.forward(&leaf, &self.rope, &AttnMask::Causal, None);
+            let out = layer.forward(&leaf, &self.rope, &AttnMask::Causal, &mut LayerKv::Own, 0);
             (out * &grad).sum(Kind::Float).backward();
             grad = leaf.grad();
         }

@@ -3,19 +3,22 @@
 //!
 //! Responses are ordered by total length before cutting, so each micro-batch pads little; the
 //! order does not matter to the result because every weight was fixed for the whole step batch
-//! (the invariance the spec requires, tested in `tests/invariance.rs`). Gradients accumulate in
-//! the parameters' `.grad`; the caller zeroes them before and steps after.
+//! (the invariance the spec requires, tested in `tests/invariance.rs`). With `ppo.share_prompt`
+//! a micro-batch holds responses of one prompt, which is forwarded once for all of them
+//! (`fulcrum_model::shared_prompt`). Gradients accumulate in the parameters' `.grad`; the
+//! caller zeroes them before and steps after.
 
 use fulcrum_core::KlEstimator;
-use fulcrum_model::logprobs::EntropyGrad;
-use fulcrum_model::masked_logprobs::masked_sequence_logprobs_with;
+use fulcrum_model::logprobs::{EntropyGrad, TokenLogprobs};
+use fulcrum_model::masked_logprobs::{masked_sequence_logprobs_with, HeadBackward};
+use fulcrum_model::shared_prompt::shared_prompt_logprobs;
 use fulcrum_model::{sequence_logprobs, Model};
 use tch::{Kind, Tensor};
 
 use crate::config::Config;
 use crate::error::TrainError;
 use crate::loss::{kl_estimate, ppo_token_loss};
-use crate::packing::{pack, Item};
+use crate::packing::{pack, pack_shared, Item, Packed};
 
 /// Sums over the micro-batches of a mini-batch (plain numbers, for metrics).
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -92,22 +95,22 @@ pub fn backward_micro_batches(
     // averages over every response token) is on.
     let regularised = cfg.ppo.entropy_coef > 0.0 || (cfg.ppo.kl_coef > 0.0 && reference.is_some());
     let skip_zero = cfg.ppo.skip_zero_weight && !regularised;
-    let mut order: Vec<usize> = (0..items.len())
+    let share = cfg.ppo.share_prompt && !cfg.model.checkpoint_activations;
+    let order: Vec<usize> = (0..items.len())
         .filter(|&i| items[i].active && !(skip_zero && items[i].weight == 0.0))
         .collect();
-    order.sort_by_key(|&i| {
-        (
-            items[i].rollout.prompt_ids.len() + items[i].rollout.response_ids.len(),
-            i,
-        )
-    });
     let device = model.device();
     let clip = cfg.clip();
     let temperature = cfg.rollout.temperature;
     let mut stats = MicroStats::default();
-    for chunk in order.chunks(micro.max(1)) {
+    for chunk in micro_batches(items, order, micro.max(1), share) {
         let mb: Vec<Item<'_>> = chunk.iter().map(|&i| items[i]).collect();
-        let p = pack(&mb, device);
+        // One response gains nothing from a shared prompt.
+        let p = if share && mb.len() > 1 {
+            pack_shared(&mb, device)
+        } else {
+            pack(&mb, device)
+        };
         if p.tokens == 0 {
             continue;
         }
@@ -117,14 +120,7 @@ pub fn backward_micro_batches(
             EntropyGrad::No
         };
         // Only response positions go through the LM head, in bounded chunks.
-        let (out, head) = masked_sequence_logprobs_with(
-            model.net(),
-            &p.input_ids,
-            &p.mask,
-            temperature,
-            entropy_grad,
-            cfg.memory(),
-        )?;
+        let (out, head) = forward_logprobs(model, &p, temperature, entropy_grad, cfg)?;
         let (token_loss, counts) = ppo_token_loss(&out.logprobs, &p, &clip);
         // Truncated importance weights (engine rollouts with `rollout.is_cap`) scale each
         // token's loss; they are constants, like the aggregation weights.
@@ -142,9 +138,13 @@ pub fn backward_micro_batches(
         }
         let mut kl_ref_sum = 0.0;
         if let (Some(reference), true) = (reference, cfg.ppo.kl_coef > 0.0) {
-            let ref_lp =
-                tch::no_grad(|| sequence_logprobs(reference.net(), &p.input_ids, temperature))?
-                    .logprobs;
+            let ref_lp = tch::no_grad(|| match &p.prompt {
+                Some(_) => forward_logprobs(reference, &p, temperature, EntropyGrad::No, cfg)
+                    .map(|(out, _)| out.logprobs),
+                None => sequence_logprobs(reference.net(), &p.input_ids, temperature)
+                    .map(|out| out.logprobs)
+                    .map_err(TrainError::from),
+            })?;
             let kl = kl_estimate(&out.logprobs, &ref_lp, cfg.ppo.kl_estimator);
             kl_ref_sum = tch::no_grad(|| (&kl * &p.mask).sum(Kind::Float).double_value(&[]));
             terms.push((&kl * &reg).sum(Kind::Float) * cfg.ppo.kl_coef);
@@ -165,4 +165,68 @@ pub fn backward_micro_batches(
         });
     }
     Ok(stats)
+}
+
+/// The micro-batches of `order` (indices into `items`), at most `micro` responses each: sorted
+/// by total length so that rows pad little, or, with `share`, runs of responses to the same
+/// prompt (sorted by prompt, then length), so that each micro-batch forwards one prompt.
+fn micro_batches(
+    items: &[Item<'_>],
+    mut order: Vec<usize>,
+    micro: usize,
+    share: bool,
+) -> Vec<Vec<usize>> {
+    let total = |i: usize| items[i].rollout.prompt_ids.len() + items[i].rollout.response_ids.len();
+    if !share {
+        order.sort_by_key(|&i| (total(i), i));
+        return order.chunks(micro).map(<[usize]>::to_vec).collect();
+    }
+    order.sort_by(|&a, &b| {
+        let (pa, pb) = (&items[a].rollout.prompt_ids, &items[b].rollout.prompt_ids);
+        pa.cmp(pb).then((total(a), a).cmp(&(total(b), b)))
+    });
+    let mut out: Vec<Vec<usize>> = Vec::new();
+    for i in order {
+        match out.last_mut() {
+            Some(last)
+                if last.len() < micro
+                    && items[last[0]].rollout.prompt_ids == items[i].rollout.prompt_ids =>
+            {
+                last.push(i)
+            }
+            _ => out.push(vec![i]),
+        }
+    }
+    out
+}
+
+/// The per-position log-probabilities of a packed micro-batch under `model` (the prompt once
+/// when the micro-batch shares it), and how to back-propagate through them.
+fn forward_logprobs<'a>(
+    model: &'a Model,
+    p: &Packed,
+    temperature: f64,
+    entropy_grad: EntropyGrad,
+    cfg: &Config,
+) -> Result<(TokenLogprobs, HeadBackward<'a>), TrainError> {
+    let net = model.net();
+    Ok(match &p.prompt {
+        Some(prompt) => shared_prompt_logprobs(
+            net,
+            prompt,
+            &p.input_ids,
+            &p.mask,
+            temperature,
+            entropy_grad,
+            cfg.memory(),
+        )?,
+        None => masked_sequence_logprobs_with(
+            net,
+            &p.input_ids,
+            &p.mask,
+            temperature,
+            entropy_grad,
+            cfg.memory(),
+        )?,
+    })
 }

@@ -5,6 +5,8 @@
 //! sequence whose prompt has `P` tokens sits at position `P + j - 1`. Prompt and padding
 //! positions carry weight 0 and mask 0. The aggregation weight `w_i` comes from the whole step
 //! batch (fulcrum-core), never from this micro-batch, which is why any split gives the same loss.
+//! [`pack_shared`] is the layout of a micro-batch whose responses share one prompt: the prompt
+//! once, the responses as `[B, R]`, and position `j` aligned with response token `j`.
 //! The loss on these tensors is in `loss.rs`.
 
 use tch::{Device, Tensor};
@@ -14,8 +16,11 @@ use crate::rollout::Rollout;
 /// One micro-batch, on the model's device.
 #[derive(Debug)]
 pub struct Packed {
-    /// `[B, T]` int64, right-padded with 0.
+    /// `[B, T]` int64, right-padded with 0: prompt and response (or, with `prompt`, the
+    /// response only).
     pub input_ids: Tensor,
+    /// `[1, P]` int64: the prompt every row continues, forwarded once ([`pack_shared`]).
+    pub prompt: Option<Tensor>,
     /// `[B, T-1]` f32: sampling-time log-probabilities on response positions.
     pub old_logprobs: Tensor,
     /// `[B, T-1]` f32: per-token importance weights of the policy loss, when any response of
@@ -49,8 +54,44 @@ pub fn pack(items: &[Item<'_>], device: Device) -> Packed {
         .max()
         .unwrap_or(2)
         .max(2);
+    pack_layout(items, device, Layout::Full { width })
+}
+
+/// Packs items that all continue the same prompt (at least one item, a non-empty prompt) with
+/// the prompt once: rows hold responses, position `j` scores response token `j`.
+pub fn pack_shared(items: &[Item<'_>], device: Device) -> Packed {
+    let width = items
+        .iter()
+        .map(|it| it.rollout.response_ids.len())
+        .max()
+        .unwrap_or(1)
+        .max(1);
+    let prompt = &items[0].rollout.prompt_ids;
+    debug_assert!(items.iter().all(|it| &it.rollout.prompt_ids == prompt));
+    let mut p = pack_layout(items, device, Layout::ResponsesOnly { width });
+    p.prompt = Some(
+        Tensor::from_slice(prompt)
+            .view([1, prompt.len() as i64])
+            .to_device(device),
+    );
+    p
+}
+
+/// Where a micro-batch's rows start and how wide they are.
+#[derive(Debug, Clone, Copy)]
+enum Layout {
+    /// Prompt then response in each row of `width` ids; `width - 1` scored positions.
+    Full { width: usize },
+    /// The response alone in each row of `width` ids, each position scoring its own token.
+    ResponsesOnly { width: usize },
+}
+
+fn pack_layout(items: &[Item<'_>], device: Device, layout: Layout) -> Packed {
+    let (width, t1) = match layout {
+        Layout::Full { width } => (width, width - 1),
+        Layout::ResponsesOnly { width } => (width, width),
+    };
     let b = items.len();
-    let t1 = width - 1;
     let mut ids = vec![0i64; b * width];
     let mut old = vec![0f32; b * t1];
     let mut adv = vec![0f32; b * t1];
@@ -61,17 +102,27 @@ pub fn pack(items: &[Item<'_>], device: Device) -> Packed {
     let mut tokens = 0;
     for (row, it) in items.iter().enumerate() {
         let r = it.rollout;
-        let p = r.prompt_ids.len();
         let seq = &mut ids[row * width..(row + 1) * width];
-        seq[..p].copy_from_slice(&r.prompt_ids);
-        seq[p..p + r.response_ids.len()].copy_from_slice(&r.response_ids);
+        // `first`: the position that scores response token 0.
+        let first = match layout {
+            Layout::Full { .. } => {
+                let p = r.prompt_ids.len();
+                seq[..p].copy_from_slice(&r.prompt_ids);
+                seq[p..p + r.response_ids.len()].copy_from_slice(&r.response_ids);
+                p - 1
+            }
+            Layout::ResponsesOnly { .. } => {
+                seq[..r.response_ids.len()].copy_from_slice(&r.response_ids);
+                0
+            }
+        };
         if !it.active {
             continue;
         }
         // The response defines the positions; its old log-probabilities may still be missing
         // (engine rollouts before the trainer's forward fills them in) and count as 0 then.
         for j in 0..r.response_ids.len() {
-            let pos = row * t1 + p + j - 1;
+            let pos = row * t1 + first + j;
             old[pos] = r.old_logprobs.get(j).copied().unwrap_or(0.0);
             adv[pos] = it.advantage as f32;
             w[pos] = it.weight as f32;
@@ -91,6 +142,7 @@ pub fn pack(items: &[Item<'_>], device: Device) -> Packed {
         input_ids: Tensor::from_slice(&ids)
             .view([b as i64, width as i64])
             .to_device(device),
+        prompt: None,
         old_logprobs: to(&old),
         is_weights: any_is.then(|| to(&is_w)),
         advantages: to(&adv),
@@ -168,6 +220,29 @@ mod tests {
         assert_eq!(w, vec![0., 0., 0.25, 0.25, 0.5, 0.5, 0.5, 0.5]);
         let ids: Vec<i64> = Vec::try_from(p.input_ids.flatten(0, -1)).unwrap();
         assert_eq!(ids, vec![1, 2, 3, 10, 11, 1, 10, 11, 12, 13]);
+    }
+
+    #[test]
+    fn shared_packing_scores_response_tokens_in_place() {
+        let (a, b) = (rollout(3, 2), rollout(3, 4));
+        let item = |r, weight| Item {
+            rollout: r,
+            advantage: 1.0,
+            weight,
+            active: true,
+        };
+        let p = pack_shared(&[item(&a, 0.25), item(&b, 0.5)], Device::Cpu);
+        let prompt: Vec<i64> = Vec::try_from(p.prompt.unwrap().flatten(0, -1)).unwrap();
+        assert_eq!(prompt, vec![1, 2, 3]);
+        assert_eq!(p.input_ids.size(), vec![2, 4]);
+        assert_eq!(p.tokens, 6);
+        let ids: Vec<i64> = Vec::try_from(p.input_ids.flatten(0, -1)).unwrap();
+        assert_eq!(ids, vec![10, 11, 0, 0, 10, 11, 12, 13]);
+        let w: Vec<f32> = Vec::try_from(p.weights.flatten(0, -1)).unwrap();
+        assert_eq!(w, vec![0.25, 0.25, 0., 0., 0.5, 0.5, 0.5, 0.5]);
+        let old: Vec<f32> = Vec::try_from(p.old_logprobs.flatten(0, -1)).unwrap();
+        assert_eq!(old[..2], a.old_logprobs[..]);
+        assert_eq!(old[4..], b.old_logprobs[..]);
     }
 
     #[test]

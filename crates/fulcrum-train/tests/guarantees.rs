@@ -287,3 +287,67 @@ fn skipping_zero_weight_responses_keeps_the_gradient() {
     let s = backward(&p, &items, 0.01, &cfg, 3).unwrap();
     assert_eq!(s.tokens, tokens[0]);
 }
+
+#[test]
+fn sharing_the_prompt_keeps_the_loss_and_the_gradient() {
+    let rs = rollouts();
+    let items: Vec<Item<'_>> = rs
+        .iter()
+        .enumerate()
+        .map(|(i, r)| Item {
+            rollout: r,
+            advantage: if r.reward > 0.0 { 0.8 } else { -1.1 },
+            weight: 0.03 + 0.01 * i as f64,
+            active: true,
+        })
+        .collect();
+    // Whole groups, groups cut into pieces, one response per micro-batch; with the entropy
+    // bonus (which needs every position's entropy) and with KL to a reference model.
+    for (micro, entropy_coef, kl_coef) in [
+        (4, 0.0, 0.0),
+        (3, 0.0, 0.0),
+        (1, 0.0, 0.0),
+        (4, 0.01, 0.0),
+        (3, 0.0, 0.05),
+    ] {
+        let mut runs = Vec::new();
+        for share in [false, true] {
+            let mut cfg = Config::default();
+            cfg.ppo.share_prompt = share;
+            cfg.ppo.entropy_coef = entropy_coef;
+            cfg.ppo.kl_coef = kl_coef;
+            let mut p = policy();
+            if kl_coef > 0.0 {
+                p.reference = Some(Model::tiny(Device::Cpu, 7).unwrap());
+            }
+            p.opt.zero_grad();
+            let s = backward(&p, &items, 0.01, &cfg, micro).unwrap();
+            runs.push((s, flat_grads(&p)));
+        }
+        let ((plain, g0), (shared, g1)) = (&runs[0], &runs[1]);
+        assert_eq!(plain.tokens, shared.tokens);
+        assert_eq!(plain.clipped, shared.clipped);
+        for (name, a, b) in [
+            ("loss", plain.loss, shared.loss),
+            ("entropy", plain.entropy_sum, shared.entropy_sum),
+            ("kl", plain.kl_sampling_sum, shared.kl_sampling_sum),
+            ("kl_ref", plain.kl_ref_sum, shared.kl_ref_sum),
+        ] {
+            assert!(
+                (a - b).abs() <= 1e-5 * a.abs().max(1e-3),
+                "micro {micro}: {name} {a} vs {b}"
+            );
+        }
+        let norm = g0.iter().map(|g| g * g).sum::<f64>().sqrt();
+        let diff = g0
+            .iter()
+            .zip(g1)
+            .map(|(a, b)| (a - b).powi(2))
+            .sum::<f64>()
+            .sqrt();
+        assert!(
+            norm > 0.0 && diff <= 1e-5 * norm,
+            "micro {micro}, entropy {entropy_coef}: |diff| {diff:e} vs |g| {norm:e}"
+        );
+    }
+}

@@ -222,6 +222,11 @@ pub struct PpoConfig {
     /// on (those still need every response, so then nothing is skipped); clip, entropy and KL
     /// metrics then cover only the responses that were computed.
     pub skip_zero_weight: bool,
+    /// Forward each prompt once per micro-batch and its group's responses after it
+    /// (`fulcrum_model::shared_prompt`), instead of the prompt again in every response's row:
+    /// the same loss and gradient up to float rounding. Micro-batches then hold responses of
+    /// one prompt. Not with `model.checkpoint_activations` (the plain forward is used then).
+    pub share_prompt: bool,
 }
 
 /// AdamW and the learning-rate schedule.
@@ -391,7 +396,8 @@ impl Default for PpoConfig {
             kl_coef: 0.0,
             kl_estimator: KlEstimator::K3,
             entropy_coef: 0.0,
-            skip_zero_weight: false,
+            skip_zero_weight: true,
+            share_prompt: true,
         }
     }
 }
