@@ -5,7 +5,11 @@
 //! 128 completions, clip 0.2, lr 1e-5, gradient clip 1.0, no KL.
 //!
 //! Usage: grpo-step-bench --model DIR [--rule ba|token] [--warmup 2] [--steps 10] [--threads N]
-//!        [--micro 16] [--skip-zero-weight]
+//!        [--micro 16] [--skip-zero-weight] [--share-prompt]
+//! `--skip-zero-weight`: leave weight-0 responses (equal-reward groups) out of training;
+//! `--share-prompt`: forward each prompt once for its group's responses. Both are the trainer's
+//! defaults and both leave the gradient as it is; the bench turns them on only when asked, so
+//! that the comparison with TRL does the same work.
 //! `--micro`: responses per forward/backward; they are sorted by length first, so small
 //! micro-batches pad little (the gradient is the same for any size).
 //! Prints one JSON line: every timed step's seconds, their median and the split into sampling,
@@ -114,6 +118,10 @@ fn main() -> Result<()> {
                 "ppo.skip_zero_weight={}",
                 args.iter().any(|a| a == "--skip-zero-weight")
             ),
+            &format!(
+                "ppo.share_prompt={}",
+                args.iter().any(|a| a == "--share-prompt")
+            ),
             "optim.lr=0.00001",
             "optim.weight_decay=0.0",
             "optim.grad_clip=1.0",
@@ -141,7 +149,7 @@ fn main() -> Result<()> {
         },
     );
     let (mut step_s, mut sample_s, mut score_s, mut train_s) = (vec![], vec![], vec![], vec![]);
-    let (mut tokens, mut reward) = (0f64, 0f64);
+    let (mut tokens, mut reward, mut mixed) = (0f64, 0f64, 0f64);
     for step in 0..warmup + steps {
         let t0 = std::time::Instant::now();
         let report = grpo_step(
@@ -165,6 +173,7 @@ fn main() -> Result<()> {
         train_s.push(m.time_train);
         tokens += m.sample_tokens as f64;
         reward += m.reward_mean;
+        mixed += m.groups_mixed;
     }
     let median = |v: &[f64]| {
         let mut v = v.to_vec();
@@ -179,6 +188,7 @@ fn main() -> Result<()> {
             "rule": rule,
             "micro_batch_size": cfg.ppo.micro_batch_size,
             "skip_zero_weight": cfg.ppo.skip_zero_weight,
+            "share_prompt": cfg.ppo.share_prompt,
             "threads": threads,
             "step_s": step_s,
             "median_s": median(&step_s),
@@ -187,6 +197,7 @@ fn main() -> Result<()> {
             "median_train_s": median(&train_s),
             "mean_completion_tokens": tokens / n / 128.0,
             "mean_reward": reward / n,
+            "mean_groups_mixed": mixed / n,
         })
     );
     Ok(())

@@ -2,6 +2,10 @@
 #! The reference GRPO step of ../shared/bench-workload.md, fulcrum against TRL's GRPOTrainer,
 #! interleaved round by round in one invocation (the machine is noisy), same thread count.
 #! Usage: bench/grpo_step.sh [ROUNDS (3)] [THREADS (cores)] [TRL_STEPS (10)]
+#! WARM=1: the warmed-up variant. The workload's random model scores almost nothing, so nearly
+#! every group has equal rewards and zero weight; WARM=1 starts both sides from that model
+#! fine-tuned until 30% or more of its sampled answers are right (nine groups in ten mixed) (bench/trl_grpo_step.py --warm,
+#! written once), so groups are mixed and skipping zero-weight groups saves only what it should.
 #! Sets up what it needs: libtorch in .venv (scripts/setup-libtorch.sh), trl 1.16.0 and
 #! transformers 5.24.0 from PyPI into the same .venv, the bench model folder (written once by
 #! bench/trl_grpo_step.py so that both sides load the same weights).
@@ -22,6 +26,12 @@ if [[ ! -f $model/model.safetensors ]]; then
     mkdir -p "$(dirname "$model")"
     .venv/bin/python bench/trl_grpo_step.py --build "$model" >&2
 fi
+if [[ ${WARM:-0} == 1 ]]; then
+    if [[ ! -f $model-warm/model.safetensors ]]; then
+        .venv/bin/python bench/trl_grpo_step.py --warm "$model" "$model-warm" >&2
+    fi
+    model=$model-warm
+fi
 fulcrum=target/release/examples/grpo-step-bench
 log=target/bench-grpo/rounds.jsonl
 : >"$log"
@@ -29,19 +39,22 @@ for ((r = 1; r <= rounds; r++)); do
     echo "round $r/$rounds (load: $(cut -d' ' -f1-3 /proc/loadavg))" >&2
     "$fulcrum" --model "$model" --threads "$threads" --rule token | sed "s/^/{\"round\":$r,\"run\":/;s/$/}/" >>"$log"
     "$fulcrum" --model "$model" --threads "$threads" --rule ba | sed "s/^/{\"round\":$r,\"run\":/;s/$/}/" >>"$log"
-    "$fulcrum" --model "$model" --threads "$threads" --rule ba --skip-zero-weight | sed "s/^/{\"round\":$r,\"run\":/;s/$/}/" >>"$log"
+    "$fulcrum" --model "$model" --threads "$threads" --rule ba --share-prompt | sed "s/^/{\"round\":$r,\"run\":/;s/$/}/" >>"$log"
+    "$fulcrum" --model "$model" --threads "$threads" --rule ba --share-prompt --skip-zero-weight | sed "s/^/{\"round\":$r,\"run\":/;s/$/}/" >>"$log"
     .venv/bin/python bench/trl_grpo_step.py --model "$model" --threads "$threads" \
         --steps "$trl_steps" 2>/dev/null | tail -1 | sed "s/^/{\"round\":$r,\"run\":/;s/$/}/" >>"$log"
 done
-.venv/bin/python - "$log" <<'PY'
+.venv/bin/python - "$log" "${WARM:-0}" <<'PY'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 def label(run):
     if run["side"] == "trl":
         return f"TRL GRPOTrainer (loss_type={run['loss_type']})"
-    skip = ", zero-weight responses skipped" if run["skip_zero_weight"] else ""
-    return f"fulcrum rule={run['rule']} (micro-batch {run['micro_batch_size']}{skip})"
-print(f"reference GRPO step, 16 prompts x 8 samples, <= 64 new tokens, {rows[0]['run']['threads']} threads; median s/step per round")
+    share = ", prompt shared" if run.get("share_prompt") else ""
+    skip = ", zero-weight skipped" if run["skip_zero_weight"] else ""
+    return f"fulcrum rule={run['rule']} (micro-batch {run['micro_batch_size']}{share}{skip})"
+model = "warmed-up model" if sys.argv[2] == "1" else "random model"
+print(f"reference GRPO step ({model}), 16 prompts x 8 samples, <= 64 new tokens, {rows[0]['run']['threads']} threads; median s/step per round")
 by_round = {}
 for row in rows:
     by_round.setdefault(row["round"], []).append(row["run"])
@@ -51,7 +64,8 @@ for r, runs in sorted(by_round.items()):
         extra = ""
         if x["side"] == "fulcrum":
             extra = (f"  (sample {x['median_sample_s']:.2f} s, train {x['median_train_s']:.2f} s;"
-                     f" {x['mean_completion_tokens']:.1f} tokens/completion)  -> {trl / x['median_s']:.2f}x TRL")
+                     f" {x['mean_completion_tokens']:.1f} tokens/completion, reward {x['mean_reward']:.2f},"
+                     f" mixed groups {x.get('mean_groups_mixed', 0):.2f})  -> {trl / x['median_s']:.2f}x TRL")
         print(f"  round {r}: {label(x):60s} {x['median_s']:6.2f} s{extra}")
 print("over all rounds (median of the per-round ratios):")
 for key in sorted({label(x) for runs in by_round.values() for x in runs if x["side"] == "fulcrum"}):

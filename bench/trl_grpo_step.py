@@ -1,9 +1,14 @@
 """The reference GRPO step of ../shared/bench-workload.md in TRL's GRPOTrainer (CPU, f32).
 
-Two modes:
+Three modes:
   --build DIR   write the benchmark's Qwen2-shaped model (random init, seed 0, 3,173,376
                 parameters) and its 23-id character tokenizer as an HF folder, so that fulcrum
                 loads exactly the same weights;
+  --warm SRC DST  the warmed-up variant: SRC fine-tuned (supervised, seed 0) on the workload's
+                prompts with the answer `A<sum>` until at least 30% of its responses at
+                temperature 1 are right, so that about nine groups in ten have mixed rewards
+                (1 - 0.7^8 - 0.3^8) and a step does real work; written as an HF folder that both
+                sides load;
   --model DIR   time GRPOTrainer on it: `--warmup` steps, then `--steps` timed steps; prints one
                 JSON line with every step's seconds and the median.
 A step is timed from the start of sampling to the end of the optimizer step (TrainerCallback
@@ -69,6 +74,63 @@ def reward(prompts, completions, **_):
     return scores
 
 
+def warm(src, dst, target=0.3):
+    """Supervised steps on `S <digits>:` -> `A<sum><eos>` until the sampled accuracy (T = 1, 128
+    fresh prompts) reaches `target`; returns the steps taken and the accuracy."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    torch.manual_seed(0)
+    tok = AutoTokenizer.from_pretrained(src)
+    model = AutoModelForCausalLM.from_pretrained(src, dtype=torch.float32)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.0)
+    rng = random.Random(1)
+    ids = {t: i for i, t in enumerate(VOCAB)}
+
+    def encode(text):
+        return [ids[ch] for ch in text]
+
+    def batch(n):
+        rows, masks = [], []
+        for p in digit_prompts(n, seed=rng.randrange(1 << 30)):
+            a = "A" + str(sum(int(ch) for ch in p[2:-1]))
+            x = encode(p) + encode(a) + [2]
+            rows.append(x)
+            masks.append([0] * len(encode(p)) + [1] * (len(x) - len(encode(p))))
+        w = max(map(len, rows))
+        x = torch.tensor([r + [0] * (w - len(r)) for r in rows])
+        m = torch.tensor([mm + [0] * (w - len(mm)) for mm in masks], dtype=torch.float32)
+        return x, m
+
+    def sampled_accuracy():
+        prompts = digit_prompts(128, seed=12345)
+        enc = tok(prompts, return_tensors="pt", padding=True, padding_side="left")
+        with torch.no_grad():
+            out = model.generate(**enc, do_sample=True, temperature=1.0, top_k=0, top_p=1.0,
+                                 max_new_tokens=16, pad_token_id=0, eos_token_id=2)
+        texts = tok.batch_decode(out[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
+        return sum(reward([p], [t])[0] for p, t in zip(prompts, texts)) / len(prompts)
+
+    acc, step = sampled_accuracy(), 0
+    while acc < target and step < 5000:
+        x, m = batch(64)
+        logits = model(input_ids=x).logits[:, :-1]
+        nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2), x[:, 1:], reduction="none")
+        loss = (nll * m[:, 1:]).sum() / m[:, 1:].sum()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        step += 1
+        if step % 50 == 0:
+            acc = sampled_accuracy()
+            print(f"warm: step {step}: loss {loss.item():.3f}, sampled accuracy {acc:.3f}", file=sys.stderr)
+    tmp = tempfile.mkdtemp(dir=os.path.dirname(os.path.abspath(dst)) or ".")
+    model.save_pretrained(tmp, safe_serialization=True)
+    tok.save_pretrained(tmp)
+    os.replace(tmp, dst)
+    return step, acc
+
+
 def time_trl(model_dir, warmup, steps, loss_type, threads):
     import torch
     torch.set_num_threads(threads)
@@ -111,6 +173,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build")
     ap.add_argument("--model")
+    ap.add_argument("--warm", nargs=2, metavar=("SRC", "DST"))
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--loss-type", default="dapo")
@@ -118,6 +181,9 @@ def main():
     a = ap.parse_args()
     if a.build:
         build(a.build)
+    if a.warm:
+        steps, acc = warm(*a.warm)
+        print(f"warm: {steps} supervised steps, sampled accuracy {acc:.3f}", file=sys.stderr)
     if a.model:
         print(json.dumps(time_trl(a.model, a.warmup, a.steps, a.loss_type, a.threads)))
 
