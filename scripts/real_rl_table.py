@@ -85,8 +85,19 @@ def main():
             "peak_rss_gb": int(rss[run]) / 1e6 if run in rss else None,
             "paired": paired(s, e) if s and e else None,
         })
+    # Rules against each other: the end samples of two runs with the same seed, paired per problem.
+    ends = {}
+    for r in rows:
+        e = samples(f"{r['rule']}-seed{r['seed']}-end")
+        if e:
+            ends[(r["rule"], r["seed"])] = e
+    versus = []
+    for (rule, seed), e in sorted(ends.items()):
+        for (other, seed2), e2 in sorted(ends.items()):
+            if seed2 == seed and rule == "ba" and other != "ba":
+                versus.append({"a": rule, "b": other, "seed": seed, **paired(e2, e)})
     if a.json:
-        print(json.dumps(rows, indent=1))
+        print(json.dumps({"runs": rows, "versus": versus}, indent=1))
         return
     print("| run | held-out greedy accuracy by step | end - start (95% CI), gained/lost, McNemar p | reward first/last 5 steps | length first/last 5 | s/step (median) | peak RSS |")
     print("|---|---|---|---|---|---|---|")
@@ -98,6 +109,13 @@ def main():
         rss_s = f"{r['peak_rss_gb']:.1f} GB" if r["peak_rss_gb"] else "-"
         print(f"| `{r['rule']}` seed {r['seed']} | {ev} | {pc} | {r['reward_first5']:.2f} / {r['reward_last5']:.2f} "
               f"| {r['len_first5']:.1f} / {r['len_last5']:.1f} | {r['s_per_step']:.0f} | {rss_s} |")
+    if versus:
+        print()
+        print("| end accuracy, same seed | difference (95% CI) | problems only the first / only the second solves | McNemar p |")
+        print("|---|---|---|---|")
+        for v in versus:
+            print(f"| `{v['a']}` {v['end']:.3f} - `{v['b']}` {v['start']:.3f}, seed {v['seed']} | {v['diff']:+.3f} "
+                  f"({v['lo']:+.3f}, {v['hi']:+.3f}) | {v['gained']} / {v['lost']} | {v['p_mcnemar']:.2g} |")
 
 
 if __name__ == "__main__":
