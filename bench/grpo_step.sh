@@ -39,6 +39,7 @@ for ((r = 1; r <= rounds; r++)); do
     echo "round $r/$rounds (load: $(cut -d' ' -f1-3 /proc/loadavg))" >&2
     "$fulcrum" --model "$model" --threads "$threads" --rule token | sed "s/^/{\"round\":$r,\"run\":/;s/$/}/" >>"$log"
     "$fulcrum" --model "$model" --threads "$threads" --rule ba | sed "s/^/{\"round\":$r,\"run\":/;s/$/}/" >>"$log"
+    "$fulcrum" --model "$model" --threads "$threads" --rule ba --skip-zero-weight | sed "s/^/{\"round\":$r,\"run\":/;s/$/}/" >>"$log"
     "$fulcrum" --model "$model" --threads "$threads" --rule ba --share-prompt | sed "s/^/{\"round\":$r,\"run\":/;s/$/}/" >>"$log"
     "$fulcrum" --model "$model" --threads "$threads" --rule ba --share-prompt --skip-zero-weight | sed "s/^/{\"round\":$r,\"run\":/;s/$/}/" >>"$log"
     .venv/bin/python bench/trl_grpo_step.py --model "$model" --threads "$threads" \
