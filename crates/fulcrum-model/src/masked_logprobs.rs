@@ -335,26 +335,36 @@ pub(crate) fn head_on_mask<'a>(
     ))
 }
 
+/// Parameter gradients for the tests that compare forward paths (here and `shared_prompt.rs`).
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::logprobs::sequence_logprobs_entropy;
+pub(crate) mod test_grads {
     use crate::Model;
-    use tch::Device;
+    use tch::Tensor;
 
-    fn grads(model: &Model) -> Vec<(String, Tensor)> {
+    /// Every parameter's gradient (zeros where none was computed), in name order.
+    pub(crate) fn grads(model: &Model) -> Vec<(String, Tensor)> {
         let mut v: Vec<(String, Tensor)> = model
             .var_store()
             .variables()
             .into_iter()
-            .map(|(n, t)| (n, t.grad().copy()))
+            .map(|(n, t)| {
+                let g = t.grad();
+                (
+                    n,
+                    if g.defined() {
+                        g.copy()
+                    } else {
+                        t.zeros_like()
+                    },
+                )
+            })
             .collect();
         v.sort_by(|a, b| a.0.cmp(&b.0));
         v
     }
 
     /// Zeroes every defined gradient, leaving which weights train as it is.
-    fn clear_grads(model: &Model) {
+    pub(crate) fn clear_grads(model: &Model) {
         for (_, t) in model.var_store().variables() {
             let mut g = t.grad();
             if g.defined() {
@@ -362,6 +372,16 @@ mod tests {
             }
         }
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::logprobs::sequence_logprobs_entropy;
+    use crate::Model;
+    use tch::Device;
+
+    use super::test_grads::{clear_grads, grads};
 
     fn zero_grads(model: &Model) {
         clear_grads(model);

@@ -97,39 +97,10 @@ pub fn shared_prompt_logprobs<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::masked_logprobs::test_grads::{clear_grads, grads};
     use crate::masked_logprobs::{masked_sequence_logprobs_with, LOGIT_BUDGET};
     use crate::Model;
     use tch::Device;
-
-    fn grads(model: &Model) -> Vec<(String, Tensor)> {
-        let mut v: Vec<(String, Tensor)> = model
-            .var_store()
-            .variables()
-            .into_iter()
-            .map(|(n, t)| {
-                let g = t.grad();
-                (
-                    n,
-                    if g.defined() {
-                        g.copy()
-                    } else {
-                        t.zeros_like()
-                    },
-                )
-            })
-            .collect();
-        v.sort_by(|a, b| a.0.cmp(&b.0));
-        v
-    }
-
-    fn clear_grads(model: &Model) {
-        for (_, t) in model.var_store().variables() {
-            let mut g = t.grad();
-            if g.defined() {
-                let _ = g.zero_();
-            }
-        }
-    }
 
     /// Three responses of different lengths (right-padded) after one prompt: the same
     /// log-probabilities, entropies and parameter gradients as the plain forward over
