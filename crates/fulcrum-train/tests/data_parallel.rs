@@ -129,15 +129,27 @@ fn moved(dir: &Path) -> bool {
 }
 
 /// A folder for one test's runs, beside one SFT warm-up that every test of this file shares
-/// (computed once, by the first test to get here).
+/// (computed once, by the first test to get here). The shared folder (about 2 GB of
+/// checkpoints) is removed when the test process exits: a static is never dropped, so
+/// `TempDir`'s own clean-up would not run and every `cargo test` would leave a copy behind.
 fn scratch(name: &str) -> PathBuf {
-    static ROOT: OnceLock<tempfile::TempDir> = OnceLock::new();
+    static ROOT: OnceLock<PathBuf> = OnceLock::new();
     static WARM: Mutex<()> = Mutex::new(());
-    let root = ROOT.get_or_init(|| tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap());
+    extern "C" fn remove_root() {
+        if let Some(root) = ROOT.get() {
+            let _ = std::fs::remove_dir_all(root);
+        }
+    }
+    let root = ROOT.get_or_init(|| {
+        let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+        // SAFETY: registers a plain function with no arguments to run at exit.
+        unsafe { libc::atexit(remove_root) };
+        dir.keep()
+    });
     let _one_at_a_time = WARM.lock().unwrap_or_else(|p| p.into_inner());
-    let warm = config_with(&root.path().join("warm"), "ba", &["threads=2"]);
+    let warm = config_with(&root.join("warm"), "ba", &["threads=2"]);
     fulcrum_train::warm_up(&warm, &mut |_| {}).unwrap();
-    let dir = root.path().join(name);
+    let dir = root.join(name);
     std::fs::create_dir_all(&dir).unwrap();
     dir
 }
