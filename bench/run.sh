@@ -21,6 +21,9 @@ print(f"train step  d256/4L/seq256/b16: fulcrum {f['train_step_s']*1e3:.1f} ms, 
       f" {f['train_gflops']:.1f} GFLOP/s = {100*f['train_gemm_fraction']:.0f}% of GEMM")
 print(f"sampling b64/p32/n128: fulcrum {f['sample_s']:.2f} s ({f['sample_tokens_per_s']:.0f} tok/s),"
       f" naive torch KV loop {t['naive_sample_s']:.2f} s -> {t['naive_sample_s']/f['sample_s']:.2f}x (goal >= 2x)")
+if "naive_sample_bf16_s" in t:
+    print(f"  bf16 weights and cache: fulcrum {f['sample_bf16_s']:.2f} s, naive torch KV loop {t['naive_sample_bf16_s']:.2f} s"
+          f" -> {t['naive_sample_bf16_s']/f['sample_bf16_s']:.2f}x; fulcrum bf16 vs naive f32 {t['naive_sample_s']/f['sample_bf16_s']:.2f}x")
 if "hf_generate_s" in t:
     print(f"  HF generate {t['hf_generate_s']:.2f} s -> {t['hf_generate_s']/f['sample_s']:.2f}x (goal >= 3x)")
 if "smollm2" in f:
