@@ -7,6 +7,8 @@
 //!   `ba`, `ba-batch`) as a per-response weight function of the **whole step batch**;
 //! - [`advantages`]: the group-relative advantage estimators (`grpo`, `mean`, `rloo`, `opo`);
 //! - [`ppo_loss`]: the per-token PPO loss with asymmetric clip and dual clip, and its statistics;
+//! - [`policy_loss`]: the policy-loss family (PPO, GSPO, CISPO, SAPO, GMPO, Clip-Cov, KL-Cov)
+//!   in token form, and how each meets the rules;
 //! - [`diagnostics`]: the length, group-mix and per-rule mass diagnostics of the spec;
 //! - [`stats`]: the few small statistics the rest needs;
 //! - [`names`]: the closed sets' one spelling ([`closed_set!`]), with "did you mean" errors;
@@ -38,6 +40,7 @@ mod batch;
 pub mod diagnostics;
 mod error;
 pub mod names;
+pub mod policy_loss;
 pub mod ppo_loss;
 pub mod rng;
 pub mod rules;
@@ -52,6 +55,7 @@ pub use analysis::AnalysisReport;
 pub use batch::StepBatch;
 pub use diagnostics::{Diagnostics, LengthDiagnostics, RuleMass};
 pub use error::CoreError;
+pub use policy_loss::{LossLevel, LossParams, PolicyLoss};
 pub use ppo_loss::{ClipParams, ClipStats, KlEstimator, TokenLoss};
 pub use rng::SplitMix64;
 pub use rules::{BaCount, Rule, RuleParams};

@@ -17,7 +17,7 @@ use tch::{Kind, Tensor};
 
 use crate::config::Config;
 use crate::error::TrainError;
-use crate::loss::{kl_estimate, ppo_token_loss};
+use crate::loss::{kl_estimate, policy_token_loss};
 use crate::packing::{pack, pack_shared, Item, Packed};
 
 /// Sums over the micro-batches of a mini-batch (plain numbers, for metrics).
@@ -27,8 +27,8 @@ pub struct MicroStats {
     pub loss: f64,
     /// Policy part of the loss.
     pub policy_loss: f64,
-    /// Tokens clipped low, high, and dual-clipped.
-    pub clipped: [f64; 3],
+    /// Tokens clipped low, high, dual-clipped, and chosen by Clip-Cov / KL-Cov.
+    pub clipped: [f64; 4],
     /// Response tokens that took part.
     pub tokens: usize,
     /// Sum over tokens of the policy's entropy.
@@ -52,6 +52,7 @@ impl MicroStats {
             c[0],
             c[1],
             c[2],
+            c[3],
             self.tokens as f64,
             self.entropy_sum,
             self.kl_sampling_sum,
@@ -60,18 +61,18 @@ impl MicroStats {
         Ok(MicroStats {
             loss: v[0],
             policy_loss: v[1],
-            clipped: [v[2], v[3], v[4]],
-            tokens: v[5] as usize,
-            entropy_sum: v[6],
-            kl_sampling_sum: v[7],
-            kl_ref_sum: v[8],
+            clipped: [v[2], v[3], v[4], v[5]],
+            tokens: v[6] as usize,
+            entropy_sum: v[7],
+            kl_sampling_sum: v[8],
+            kl_ref_sum: v[9],
         })
     }
 
     pub fn add(&mut self, o: &MicroStats) {
         self.loss += o.loss;
         self.policy_loss += o.policy_loss;
-        for k in 0..3 {
+        for k in 0..4 {
             self.clipped[k] += o.clipped[k];
         }
         self.tokens += o.tokens;
@@ -100,7 +101,7 @@ pub fn backward_micro_batches(
         .filter(|&i| items[i].active && !(skip_zero && items[i].weight == 0.0))
         .collect();
     let device = model.device();
-    let clip = cfg.clip();
+    let loss_params = cfg.loss_params();
     let temperature = cfg.rollout.temperature;
     let mut stats = MicroStats::default();
     for chunk in micro_batches(items, order, micro.max(1), share) {
@@ -121,7 +122,7 @@ pub fn backward_micro_batches(
         };
         // Only response positions go through the LM head, in bounded chunks.
         let (out, head) = forward_logprobs(model, &p, temperature, entropy_grad, cfg)?;
-        let (token_loss, counts) = ppo_token_loss(&out.logprobs, &p, &clip);
+        let (token_loss, counts) = policy_token_loss(cfg.ppo.loss, &out.logprobs, &p, &loss_params);
         // Truncated importance weights (engine rollouts with `rollout.is_cap`) scale each
         // token's loss; they are constants, like the aggregation weights.
         let token_loss = match &p.is_weights {

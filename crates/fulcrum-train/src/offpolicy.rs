@@ -69,6 +69,7 @@ pub fn recompute_old_logprobs(
                     advantage: 0.0,
                     weight: 0.0,
                     active: true,
+                    selected: None,
                 })
                 .collect();
             let p = pack(&items, model.device());

@@ -32,6 +32,9 @@ pub struct Packed {
     pub weights: Tensor,
     /// `[B, T-1]` f32: 1 on response positions that take part in the loss.
     pub mask: Tensor,
+    /// `[B, T-1]` f32: 1 on the tokens Clip-Cov or KL-Cov chose for the step
+    /// (`fulcrum_core::policy_loss::cov_selection`); `None` when the loss chooses none.
+    pub selected: Option<Tensor>,
     /// Response tokens in the micro-batch (the sum of `mask`).
     pub tokens: usize,
 }
@@ -44,6 +47,8 @@ pub struct Item<'a> {
     pub weight: f64,
     /// False for a response masked out entirely (overlong filtering).
     pub active: bool,
+    /// Per response token, whether the step's Clip-Cov / KL-Cov selection chose it.
+    pub selected: Option<&'a [bool]>,
 }
 
 /// Packs the items (at least one) into tensors on `device`.
@@ -99,6 +104,8 @@ fn pack_layout(items: &[Item<'_>], device: Device, layout: Layout) -> Packed {
     let mut mask = vec![0f32; b * t1];
     let mut is_w = vec![1f32; b * t1];
     let any_is = items.iter().any(|it| it.rollout.is_weights.is_some());
+    let mut sel = vec![0f32; b * t1];
+    let any_sel = items.iter().any(|it| it.selected.is_some());
     let mut tokens = 0;
     for (row, it) in items.iter().enumerate() {
         let r = it.rollout;
@@ -130,6 +137,9 @@ fn pack_layout(items: &[Item<'_>], device: Device, layout: Layout) -> Packed {
             if let Some(w) = r.is_weights.as_ref().and_then(|w| w.get(j)) {
                 is_w[pos] = *w;
             }
+            if it.selected.and_then(|s| s.get(j)).copied().unwrap_or(false) {
+                sel[pos] = 1.0;
+            }
             tokens += 1;
         }
     }
@@ -148,6 +158,7 @@ fn pack_layout(items: &[Item<'_>], device: Device, layout: Layout) -> Packed {
         advantages: to(&adv),
         weights: to(&w),
         mask: to(&mask),
+        selected: any_sel.then(|| to(&sel)),
         tokens,
     }
 }
@@ -187,6 +198,7 @@ mod tests {
             advantage: 1.0,
             weight: 1.0,
             active: true,
+            selected: None,
         }];
         let p = pack(&items, Device::Cpu);
         assert_eq!(p.tokens, 3);
@@ -203,12 +215,14 @@ mod tests {
                 advantage: 1.5,
                 weight: 0.25,
                 active: true,
+                selected: None,
             },
             Item {
                 rollout: &b,
                 advantage: -1.0,
                 weight: 0.5,
                 active: true,
+                selected: None,
             },
         ];
         let p = pack(&items, Device::Cpu);
@@ -230,6 +244,7 @@ mod tests {
             advantage: 1.0,
             weight,
             active: true,
+            selected: None,
         };
         let p = pack_shared(&[item(&a, 0.25), item(&b, 0.5)], Device::Cpu);
         let prompt: Vec<i64> = Vec::try_from(p.prompt.unwrap().flatten(0, -1)).unwrap();
@@ -254,6 +269,7 @@ mod tests {
                 advantage: 1.0,
                 weight: 1.0,
                 active: false,
+                selected: None,
             }],
             Device::Cpu,
         );

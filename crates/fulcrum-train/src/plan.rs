@@ -15,7 +15,8 @@ pub struct UpdatePlan<'a> {
 
 impl<'a> UpdatePlan<'a> {
     /// Plans `mini_batches` optimizer steps over `rollouts` (fewer when there are fewer groups),
-    /// with the rule's `weights` of the whole step batch and the loss-masked `loss_lengths`.
+    /// with the rule's `weights` of the whole step batch and the loss-masked `loss_lengths`;
+    /// `selection` holds each response's Clip-Cov / KL-Cov choice (empty when the loss has none).
     ///
     /// Why the weights are scaled by the number of mini-batches `n`: each optimizer step sees
     /// only its share of the batch, about `1/n` of the loss. Multiplying every weight by `n`
@@ -26,6 +27,7 @@ impl<'a> UpdatePlan<'a> {
         advantages: &[f64],
         weights: &[f64],
         loss_lengths: &[i64],
+        selection: &'a [Vec<bool>],
         mini_batches: usize,
     ) -> Self {
         let group_ids = groups_in_order(rollouts);
@@ -44,6 +46,7 @@ impl<'a> UpdatePlan<'a> {
                 advantage: advantages[i],
                 weight: weights[i] * n_mini as f64,
                 active: loss_lengths[i] > 0,
+                selected: selection.get(i).map(Vec::as_slice),
             })
             .collect();
         let per_mini = group_ids.len().div_ceil(n_mini).max(1);

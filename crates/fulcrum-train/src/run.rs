@@ -46,12 +46,19 @@ use crate::warmup::{reference_model, sft_cache_dir, starting_policy};
 pub struct RunSummary {
     pub run_dir: PathBuf,
     pub rule: String,
+    /// The policy loss (`ppo.loss`); runs from before it existed read as `ppo`.
+    #[serde(default = "default_loss")]
+    pub loss: String,
     pub seed: u64,
     pub sft_accuracy: Option<f64>,
     pub final_accuracy: f64,
     pub steps: u64,
     pub wall_seconds: f64,
     pub sample_tokens_per_s: f64,
+}
+
+fn default_loss() -> String {
+    fulcrum_core::PolicyLoss::Ppo.name().to_string()
 }
 
 /// The three streams of a run directory; all are cut back to a checkpoint on resume.
@@ -446,6 +453,7 @@ impl Run {
         let summary = RunSummary {
             run_dir: dir.to_path_buf(),
             rule: cfg.rule.name().to_string(),
+            loss: cfg.ppo.loss.name().to_string(),
             seed: cfg.seed,
             sft_accuracy,
             final_accuracy,

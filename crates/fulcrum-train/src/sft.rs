@@ -117,6 +117,7 @@ pub fn run_sft(
                             advantage: 0.0,
                             weight,
                             active: true,
+                            selected: None,
                         })
                         .collect();
                     let p = pack(&items, model.device());

@@ -10,7 +10,8 @@
 use std::time::Instant;
 
 use fulcrum_core::diagnostics::{mass_share, update_cosine};
-use fulcrum_core::{advantages, Diagnostics, RuleParams, StepBatch};
+use fulcrum_core::policy_loss::{self, CovInput};
+use fulcrum_core::{advantages, Diagnostics, RuleParams, SplitMix64, StepBatch};
 use fulcrum_tasks::Task;
 use serde_json::{json, Value};
 
@@ -100,11 +101,14 @@ pub fn grpo_step(
     };
     let diag = Diagnostics::compute(&batch, &rewards, &params)?;
     let weights = cfg.rule.weights(&batch, &params);
+    // 5a. The tokens Clip-Cov / KL-Cov treat differently, chosen once for the step.
+    let selection = cov_selection(cfg, step, rollouts, &adv, &loss_lengths);
     let plan = UpdatePlan::new(
         rollouts,
         &adv,
         &weights,
         &loss_lengths,
+        &selection,
         cfg.ppo.mini_batches,
     );
 
@@ -221,6 +225,7 @@ fn step_metrics(
         clip_frac_high: stats.clipped[1] / tokens,
         clip_frac: (stats.clipped[0] + stats.clipped[1]) / tokens,
         clip_dual_frac: stats.clipped[2] / tokens,
+        clip_cov_selected_frac: stats.clipped[3] / tokens,
         kl_sampling: stats.kl_sampling_sum / tokens,
         kl_reference: stats.kl_ref_sum / tokens,
         entropy_mean: stats.entropy_sum / tokens,
@@ -271,6 +276,36 @@ impl OptSummary {
             }
         }
     }
+}
+
+/// The step's Clip-Cov / KL-Cov token choice (`fulcrum_core::policy_loss::cov_selection`) from
+/// the sampling-time log-probabilities of every loss token, so that it is the same whatever the
+/// micro-batch size and rank count; empty for the other losses.
+fn cov_selection(
+    cfg: &Config,
+    step: u64,
+    rollouts: &[Rollout],
+    adv: &[f64],
+    loss_lengths: &[i64],
+) -> Vec<Vec<bool>> {
+    if !cfg.ppo.loss.uses_cov_selection() {
+        return Vec::new();
+    }
+    let logp: Vec<Vec<f64>> = rollouts
+        .iter()
+        .zip(loss_lengths)
+        .map(|(x, &l)| {
+            let n = (l.max(0) as usize).min(x.old_logprobs.len());
+            x.old_logprobs[..n].iter().map(|&v| v as f64).collect()
+        })
+        .collect();
+    let inputs: Vec<CovInput<'_>> = logp
+        .iter()
+        .zip(adv)
+        .map(|(logp, &adv)| CovInput { logp, adv })
+        .collect();
+    let mut rng = SplitMix64::derive(cfg.seed, "cov-selection", step);
+    policy_loss::cov_selection(cfg.ppo.loss, &inputs, &cfg.loss_params(), &mut rng)
 }
 
 /// DAPO's soft overlong punishment: a linear penalty over the last `overlong_buffer` tokens

@@ -1,7 +1,7 @@
 //! Data parallelism on c10d (Gloo, loopback), on the built-in tiny model: 2 ranks end with the
 //! weights of 1 rank on the same global batch under `ba`, `seq` and `token` (uneven shards, and
-//! a mini-batch in which one rank has nothing to back-propagate); ZeRO-1 ends where replicated
-//! AdamW does; a checkpoint written by 2 ranks resumes in 1 and continues the same run; bf16
+//! a mini-batch in which one rank has nothing to back-propagate) and under the policy losses
+//! with sequence- or step-wide parts; ZeRO-1 ends where replicated AdamW does; a checkpoint written by 2 ranks resumes in 1 and continues the same run; bf16
 //! mixed precision tracks f32 and keeps updates that pure bf16 loses.
 //!
 //! Ranks are threads of this test process, each with its own c10d group member, so the test
@@ -169,6 +169,33 @@ fn two_ranks_end_with_the_weights_of_one_under_ba_seq_and_token() {
         let lines = |d: &PathBuf| std::fs::read_to_string(d.join("metrics.jsonl")).unwrap();
         assert_eq!(lines(&one).lines().count(), 3);
         assert_eq!(lines(&two).lines().count(), 3);
+    }
+}
+
+#[test]
+fn two_ranks_end_with_the_weights_of_one_under_the_sequence_and_selection_losses() {
+    // The losses with a part wider than a token: GSPO's and GMPO's sequence ratio, Clip-Cov's
+    // and KL-Cov's step-wide choice. The token-level ones (CISPO, SAPO) are sums over tokens
+    // like PPO's, which `tests/guarantees.rs` checks for every micro-batch split.
+    let root = scratch("losses");
+    use fulcrum_core::PolicyLoss::{ClipCov, Gmpo, Gspo, KlCov};
+    for loss in [Gspo, Gmpo, ClipCov, KlCov] {
+        // Cov fractions large enough that the tiny batches choose tokens.
+        let set = [
+            "steps=2".to_string(),
+            format!("ppo.loss={:?}", loss.name()),
+            "ppo.clip_cov_frac=0.05".to_string(),
+            "ppo.clip_cov_lb=-100.0".to_string(),
+            "ppo.kl_cov_frac=0.05".to_string(),
+        ];
+        let set: Vec<&str> = set.iter().map(String::as_str).collect();
+        let one = root.with_file_name(format!("{loss}-1"));
+        let two = root.with_file_name(format!("{loss}-2"));
+        train_on(1, &config_with(&one, "ba", &set), None);
+        train_on(2, &config_with(&two, "ba", &set), None);
+        assert!(moved(&one), "{loss}: the run did not train");
+        let d = max_rel_diff(&one, &two, "model.safetensors");
+        assert!(d < 1e-5, "{loss}: 2 ranks differ from 1 by {d:e}");
     }
 }
 

@@ -1,7 +1,8 @@
 //! The trainer's guarantees on the real loss path, on the built-in tiny model:
 //! micro-batch invariance of the parameter gradient, and the non-finite guard.
 
-use fulcrum_core::{advantages, Estimator, Rule, RuleParams, StepBatch};
+use fulcrum_core::policy_loss::{cov_selection, CovInput};
+use fulcrum_core::{advantages, Estimator, PolicyLoss, Rule, RuleParams, SplitMix64, StepBatch};
 use fulcrum_model::optim::{AdamW, AdamWConfig};
 use fulcrum_model::Model;
 use fulcrum_train::accumulate::{backward_micro_batches, MicroStats};
@@ -133,46 +134,75 @@ fn flat_grads(p: &Policy) -> Vec<f64> {
 }
 
 #[test]
-fn gradient_does_not_depend_on_the_micro_batch_size() {
+fn gradient_does_not_depend_on_the_micro_batch_size_under_any_loss() {
     let rs = rollouts();
     let groups: Vec<usize> = rs.iter().map(|r| r.group).collect();
     let rewards: Vec<f64> = rs.iter().map(|r| r.reward).collect();
     let lengths: Vec<i64> = rs.iter().map(|r| r.response_ids.len() as i64).collect();
     let adv = advantages::compute(Estimator::Grpo, &groups, &rewards, &lengths).unwrap();
     let batch = StepBatch::new(&groups, &lengths, &adv).unwrap();
-    let cfg = Config::default();
-    for rule in [Rule::Ba, Rule::Seq, Rule::Token] {
-        let w = rule.weights(&batch, &RuleParams::default());
-        let items: Vec<Item<'_>> = rs
+    // Every policy loss, under three rules; Clip-Cov and KL-Cov with fractions large enough
+    // to choose tokens in both groups.
+    for loss in PolicyLoss::ALL.iter().copied() {
+        let mut cfg = Config::default();
+        cfg.ppo.loss = loss;
+        cfg.ppo.clip_cov_frac = 0.2;
+        cfg.ppo.clip_cov_lb = -10.0;
+        cfg.ppo.kl_cov_frac = 0.2;
+        let logp: Vec<Vec<f64>> = rs
             .iter()
-            .enumerate()
-            .map(|(i, r)| Item {
-                rollout: r,
-                advantage: adv[i],
-                weight: w[i],
-                active: true,
-            })
+            .map(|r| r.old_logprobs.iter().map(|&v| v as f64).collect())
             .collect();
-        let mut p = policy();
-        let mut grads = Vec::new();
-        for micro in [1, 3, items.len()] {
-            p.opt.zero_grad();
-            backward(&p, &items, 0.0, &cfg, micro).unwrap();
-            grads.push(flat_grads(&p));
-        }
-        let norm = grads[2].iter().map(|g| g * g).sum::<f64>().sqrt();
-        assert!(norm > 0.0, "{rule}: the test needs a non-zero gradient");
-        for (k, g) in grads.iter().enumerate().take(2) {
-            let diff = g
-                .iter()
-                .zip(&grads[2])
-                .map(|(a, b)| (a - b).powi(2))
-                .sum::<f64>()
-                .sqrt();
+        let inputs: Vec<CovInput<'_>> = logp
+            .iter()
+            .zip(&adv)
+            .map(|(logp, &adv)| CovInput { logp, adv })
+            .collect();
+        let mut rng = SplitMix64::seeded(7);
+        let selection = cov_selection(loss, &inputs, &cfg.loss_params(), &mut rng);
+        if loss.uses_cov_selection() {
             assert!(
-                diff <= 1e-5 * norm,
-                "{rule}: micro-batch case {k}: |diff| {diff:e} vs |g| {norm:e}"
+                selection.iter().flatten().any(|&s| s),
+                "{loss}: nothing chosen"
             );
+        }
+        for rule in [Rule::Ba, Rule::Seq, Rule::Token] {
+            let w = rule.weights(&batch, &RuleParams::default());
+            let items: Vec<Item<'_>> = rs
+                .iter()
+                .enumerate()
+                .map(|(i, r)| Item {
+                    rollout: r,
+                    advantage: adv[i],
+                    weight: w[i],
+                    active: true,
+                    selected: selection.get(i).map(Vec::as_slice),
+                })
+                .collect();
+            let mut p = policy();
+            let mut grads = Vec::new();
+            for micro in [1, 3, items.len()] {
+                p.opt.zero_grad();
+                backward(&p, &items, 0.0, &cfg, micro).unwrap();
+                grads.push(flat_grads(&p));
+            }
+            let norm = grads[2].iter().map(|g| g * g).sum::<f64>().sqrt();
+            assert!(
+                norm > 0.0,
+                "{loss} {rule}: the test needs a non-zero gradient"
+            );
+            for (k, g) in grads.iter().enumerate().take(2) {
+                let diff = g
+                    .iter()
+                    .zip(&grads[2])
+                    .map(|(a, b)| (a - b).powi(2))
+                    .sum::<f64>()
+                    .sqrt();
+                assert!(
+                    diff <= 1e-5 * norm,
+                    "{loss} {rule}: micro-batch case {k}: |diff| {diff:e} vs |g| {norm:e}"
+                );
+            }
         }
     }
 }
@@ -194,6 +224,7 @@ fn non_finite_loss_skips_the_step_and_touches_nothing() {
             advantage: 1.0,
             weight: 0.01,
             active: true,
+            selected: None,
         })
         .collect();
     let (_, outcome) = update(&mut p, &good, 0.0, &cfg, 1e-3).unwrap();
@@ -233,6 +264,7 @@ fn entropy_bonus_has_a_gradient() {
             advantage: 0.0,
             weight: 0.0,
             active: true,
+            selected: None,
         })
         .collect();
     let mut p = policy();
@@ -253,6 +285,7 @@ fn skipping_zero_weight_responses_keeps_the_gradient() {
             advantage: if r.reward > 0.0 { 1.0 } else { -1.0 },
             weight: if r.group == 0 { 0.0 } else { 0.05 },
             active: true,
+            selected: None,
         })
         .collect();
     let mut grads = Vec::new();
@@ -299,6 +332,7 @@ fn sharing_the_prompt_keeps_the_loss_and_the_gradient() {
             advantage: if r.reward > 0.0 { 0.8 } else { -1.1 },
             weight: 0.03 + 0.01 * i as f64,
             active: true,
+            selected: None,
         })
         .collect();
     // Whole groups, groups cut into pieces, one response per micro-batch; with the entropy

@@ -204,6 +204,60 @@ fn compare_runs_the_grid_resumes_and_report_draws_it() {
 }
 
 #[test]
+fn a_loss_grid_trains_every_policy_loss_and_records_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let losses = "ppo,gspo,cispo,sapo,gmpo,clip-cov,kl-cov";
+    let mut args = vec![
+        "compare",
+        "--quiet",
+        "--rules",
+        "ba",
+        "--losses",
+        losses,
+        "--seeds",
+        "1",
+        "--steps",
+        "1",
+        "--out",
+        "cmp",
+        "--tasks",
+        "arithmetic:difficulty=1",
+    ];
+    args.extend_from_slice(TINY);
+    let o = fulcrum(dir.path(), &args);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let cmp = dir.path().join("cmp");
+    let summary: Value =
+        serde_json::from_str(&std::fs::read_to_string(cmp.join("summary.json")).unwrap()).unwrap();
+    let runs = summary["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 7);
+    for (run, loss) in runs.iter().zip(losses.split(',')) {
+        assert_eq!(run["rule"], format!("ba+{loss}"), "{run}");
+        let rdir = cmp.join(format!("runs/arithmetic-difficulty=1/ba-{loss}-seed0"));
+        let s: Value =
+            serde_json::from_str(&std::fs::read_to_string(rdir.join("summary.json")).unwrap())
+                .unwrap();
+        assert_eq!(s["loss"], loss, "{s}");
+        let m = std::fs::read_to_string(rdir.join("metrics.jsonl")).unwrap();
+        let line: Value = serde_json::from_str(m.lines().next().unwrap()).unwrap();
+        assert!(line["clip/cov_selected_frac"].is_number(), "{line}");
+        assert!(line["loss/policy"].is_number(), "{loss}: {line}");
+    }
+    // Each loss against ppo under the same rule.
+    let c = &summary["contrasts"][0]["final_accuracy_diff"];
+    assert!(c["ba+gspo-ba+ppo"].is_object(), "{c}");
+    // An unknown loss lists the valid ones before anything trains.
+    let o = fulcrum(
+        dir.path(),
+        &["compare", "--losses", "ppo,gpso", "--out", "y"],
+    );
+    assert_eq!(o.status.code(), Some(2));
+    let err = text(&o.stderr);
+    assert!(err.contains("gspo") && err.contains("kl-cov"), "{err}");
+    assert!(!dir.path().join("y").exists());
+}
+
+#[test]
 fn bad_rule_or_task_spec_stops_before_training() {
     let dir = tempfile::tempdir().unwrap();
     let o = fulcrum(

@@ -12,7 +12,7 @@
 
 use std::path::{Path, PathBuf};
 
-use fulcrum_core::{BaCount, ClipParams, Estimator, KlEstimator, Rule};
+use fulcrum_core::{BaCount, ClipParams, Estimator, KlEstimator, LossParams, PolicyLoss, Rule};
 use fulcrum_model::{DeviceChoice, Dtype, GgufDtype, LoraConfig};
 use fulcrum_rollout::EngineKind;
 use fulcrum_tasks::code::SandboxChoice;
@@ -222,6 +222,30 @@ pub struct PpoConfig {
     /// on (those still need every response, so then nothing is skipped); clip, entropy and KL
     /// metrics then cover only the responses that were computed.
     pub skip_zero_weight: bool,
+    /// The policy loss: `ppo` (default), `gspo`, `cispo`, `sapo`, `gmpo`, `clip-cov`, `kl-cov`
+    /// (`fulcrum_core::policy_loss`; each loss reads only its own settings below).
+    pub loss: PolicyLoss,
+    /// GSPO's clip of the sequence ratio, `[1 - gspo_eps_low, 1 + gspo_eps_high]`.
+    pub gspo_eps_low: f64,
+    pub gspo_eps_high: f64,
+    /// CISPO's clip of the importance weight, `[1 - cispo_eps_low, 1 + cispo_eps_high]`.
+    pub cispo_eps_low: f64,
+    pub cispo_eps_high: f64,
+    /// SAPO's gate temperatures for positive and negative advantages.
+    pub sapo_tau_pos: f64,
+    pub sapo_tau_neg: f64,
+    /// GMPO's clip of each token's log-ratio, `[-gmpo_clip_low, gmpo_clip_high]`.
+    pub gmpo_clip_low: f64,
+    pub gmpo_clip_high: f64,
+    /// Clip-Cov: the fraction of loss tokens whose gradient is cut, drawn among those with
+    /// covariance in `(clip_cov_lb, clip_cov_ub)`.
+    pub clip_cov_frac: f64,
+    pub clip_cov_lb: f64,
+    pub clip_cov_ub: f64,
+    /// KL-Cov: the fraction of loss tokens (largest covariance) penalised by
+    /// `kl_cov_coef * |logp - logp_old|`.
+    pub kl_cov_frac: f64,
+    pub kl_cov_coef: f64,
     /// Forward each prompt once per micro-batch and its group's responses after it
     /// (`fulcrum_model::shared_prompt`), instead of the prompt again in every response's row:
     /// the same loss and gradient up to float rounding. Micro-batches then hold responses of
@@ -386,6 +410,7 @@ impl Default for RolloutConfig {
 impl Default for PpoConfig {
     fn default() -> Self {
         let clip = ClipParams::default();
+        let lp = LossParams::default();
         Self {
             epochs: 1,
             mini_batches: 1,
@@ -398,6 +423,20 @@ impl Default for PpoConfig {
             entropy_coef: 0.0,
             skip_zero_weight: true,
             share_prompt: true,
+            loss: PolicyLoss::Ppo,
+            gspo_eps_low: lp.gspo_eps_low,
+            gspo_eps_high: lp.gspo_eps_high,
+            cispo_eps_low: lp.cispo_eps_low,
+            cispo_eps_high: lp.cispo_eps_high,
+            sapo_tau_pos: lp.sapo_tau_pos,
+            sapo_tau_neg: lp.sapo_tau_neg,
+            gmpo_clip_low: lp.gmpo_clip_low,
+            gmpo_clip_high: lp.gmpo_clip_high,
+            clip_cov_frac: lp.clip_cov_frac,
+            clip_cov_lb: lp.clip_cov_lb,
+            clip_cov_ub: lp.clip_cov_ub,
+            kl_cov_frac: lp.kl_cov_frac,
+            kl_cov_coef: lp.kl_cov_coef,
         }
     }
 }
@@ -465,6 +504,27 @@ impl Config {
             eps_low: self.ppo.eps_low,
             eps_high: self.ppo.eps_high,
             dual_clip_c: self.ppo.dual_clip_c,
+        }
+    }
+
+    /// The policy loss's settings.
+    pub fn loss_params(&self) -> LossParams {
+        let p = &self.ppo;
+        LossParams {
+            clip: self.clip(),
+            gspo_eps_low: p.gspo_eps_low,
+            gspo_eps_high: p.gspo_eps_high,
+            cispo_eps_low: p.cispo_eps_low,
+            cispo_eps_high: p.cispo_eps_high,
+            sapo_tau_pos: p.sapo_tau_pos,
+            sapo_tau_neg: p.sapo_tau_neg,
+            gmpo_clip_low: p.gmpo_clip_low,
+            gmpo_clip_high: p.gmpo_clip_high,
+            clip_cov_frac: p.clip_cov_frac,
+            clip_cov_lb: p.clip_cov_lb,
+            clip_cov_ub: p.clip_cov_ub,
+            kl_cov_frac: p.kl_cov_frac,
+            kl_cov_coef: p.kl_cov_coef,
         }
     }
 

@@ -121,10 +121,15 @@ impl Config {
             );
         }
         let p = &self.ppo;
-        self.clip().validate().or_else(|e| match e {
-            fulcrum_core::CoreError::InvalidParam { name, why } => bad(&format!("ppo.{name}"), why),
-            other => bad("ppo", other.to_string()),
-        })?;
+        self.clip()
+            .validate()
+            .and_then(|()| self.loss_params().validate(p.loss))
+            .or_else(|e| match e {
+                fulcrum_core::CoreError::InvalidParam { name, why } => {
+                    bad(&format!("ppo.{name}"), why)
+                }
+                other => bad("ppo", other.to_string()),
+            })?;
         if self.sft.batch_size == 0 || self.sft.micro_batch_size == 0 {
             return bad("sft", "batch_size and micro_batch_size must be >= 1".into());
         }

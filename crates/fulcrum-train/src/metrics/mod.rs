@@ -72,6 +72,9 @@ pub struct StepMetrics {
     pub clip_frac: f64,
     #[serde(rename = "clip/dual_frac", deserialize_with = "nan_if_null")]
     pub clip_dual_frac: f64,
+    /// Fraction of loss tokens chosen by Clip-Cov / KL-Cov (0 for the other losses).
+    #[serde(rename = "clip/cov_selected_frac", deserialize_with = "nan_if_null")]
+    pub clip_cov_selected_frac: f64,
     /// Token-mean k3 KL between the sampling policy and the current one.
     #[serde(rename = "kl/sampling", deserialize_with = "nan_if_null")]
     pub kl_sampling: f64,
@@ -145,6 +148,7 @@ impl StepMetrics {
             clip_frac_high: nan,
             clip_frac: nan,
             clip_dual_frac: nan,
+            clip_cov_selected_frac: nan,
             kl_sampling: nan,
             kl_reference: nan,
             entropy_mean: nan,

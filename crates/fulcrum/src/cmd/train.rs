@@ -213,6 +213,7 @@ fn join(launch: &fulcrum_dist::Launch, cfg: &Config) -> Result<fulcrum_train::ra
 fn print_summary(s: &RunSummary) {
     let acc = |x: Option<f64>| x.map_or("-".to_string(), |v| format!("{v:.3}"));
     println!("{:<28} {}", "rule", s.rule);
+    println!("{:<28} {}", "policy loss", s.loss);
     println!("{:<28} {}", "seed", s.seed);
     println!(
         "{:<28} {}",

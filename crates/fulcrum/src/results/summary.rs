@@ -310,15 +310,42 @@ pub fn summarise(
 }
 
 /// The pairs compared: `token - seq` (claim b), and `ba` against every other rule (claim a).
-pub fn contrast_pairs(rules: &[String]) -> Vec<(String, String)> {
-    let has = |r: &str| rules.iter().any(|x| x == r);
-    let mut out = Vec::new();
-    if has("token") && has("seq") {
-        out.push(("token".to_string(), "seq".to_string()));
+/// In a grid over policy losses (arms spelled `rule+loss`) the same pairs within each loss,
+/// and then each loss against `ppo` under the same rule.
+pub fn contrast_pairs(arms: &[String]) -> Vec<(String, String)> {
+    let split = |a: &str| match a.split_once('+') {
+        Some((rule, loss)) => (rule.to_string(), Some(loss.to_string())),
+        None => (a.to_string(), None),
+    };
+    let has = |r: &str| arms.iter().any(|x| x == r);
+    let mut losses: Vec<Option<String>> = Vec::new();
+    for a in arms {
+        let l = split(a).1;
+        if !losses.contains(&l) {
+            losses.push(l);
+        }
     }
-    if has("ba") {
-        for r in rules.iter().filter(|r| *r != "ba") {
-            out.push(("ba".to_string(), r.clone()));
+    let arm = |rule: &str, loss: &Option<String>| match loss {
+        Some(l) => format!("{rule}+{l}"),
+        None => rule.to_string(),
+    };
+    let mut out = Vec::new();
+    for loss in &losses {
+        let (token, seq, ba) = (arm("token", loss), arm("seq", loss), arm("ba", loss));
+        if has(&token) && has(&seq) {
+            out.push((token, seq));
+        }
+        if has(&ba) {
+            for a in arms.iter().filter(|a| **a != ba && split(a).1 == *loss) {
+                out.push((ba.clone(), a.clone()));
+            }
+        }
+    }
+    for a in arms {
+        let (rule, loss) = split(a);
+        let ppo = arm(&rule, &Some("ppo".to_string()));
+        if loss.is_some_and(|l| l != "ppo") && has(&ppo) {
+            out.push((a.clone(), ppo));
         }
     }
     out

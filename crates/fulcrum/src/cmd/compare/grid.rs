@@ -1,4 +1,5 @@
-//! The grid of a comparison: task specs (as on the command line) x rules x seeds, each cell a
+//! The grid of a comparison: task specs (as on the command line) x rules (x policy losses, with
+//! `--losses`) x seeds, each cell a
 //! resolved config and a run directory under `OUT/runs/<task>/<rule>-seed<S>`. All runs of a task
 //! share one parent directory, so that they share its `sft-cache/`: the rules of a task and seed
 //! start from the same warm-up checkpoint.
@@ -95,6 +96,8 @@ pub fn task_label(spec: &str) -> String {
 pub struct Cell {
     pub task: String,
     pub rule: String,
+    /// What the tables call this run: the rule, or `rule+loss` in a grid over losses.
+    pub arm: String,
     pub seed: u64,
     pub config: Config,
 }
@@ -110,16 +113,35 @@ pub fn task_dir(out: &Path, spec: &str) -> PathBuf {
     out.join("runs").join(task_label(spec))
 }
 
-/// Resolves every cell's config: `config` < `--set` < the task spec < rule, seed, steps.
+/// What a grid varies: task specs, rules, policy losses (empty: the config's) and seeds.
+#[derive(Debug, Clone, Copy)]
+pub struct Axes<'a> {
+    pub tasks: &'a [String],
+    pub rules: &'a [String],
+    pub losses: &'a [String],
+    pub seeds: &'a [u64],
+}
+
+/// Resolves every cell's config: `config` < `--set` < the task spec < rule, loss, seed, steps.
 pub fn plan(
     config: Option<&Path>,
     sets: &[String],
-    tasks: &[String],
-    rules: &[String],
-    seeds: &[u64],
+    axes: &Axes<'_>,
     steps: Option<u64>,
     out: &Path,
 ) -> Result<Vec<Cell>> {
+    let Axes {
+        tasks,
+        rules,
+        losses,
+        seeds,
+    } = *axes;
+    // No `--losses`: the config's loss, and the directory names of a rule grid.
+    let losses: Vec<Option<&String>> = if losses.is_empty() {
+        vec![None]
+    } else {
+        losses.iter().map(Some).collect()
+    };
     let mut cells = Vec::new();
     let mut task_dirs = std::collections::BTreeSet::new();
     for task in tasks {
@@ -133,25 +155,35 @@ pub fn plan(
             );
         }
         for seed in seeds {
-            for rule in rules {
-                let mut o = sets.to_vec();
-                o.extend(task_overrides(task));
-                o.push(format!("rule={}", toml_quote(rule)));
-                o.push(format!("seed={seed}"));
-                if let Some(n) = steps {
-                    o.push(format!("steps={n}"));
+            for loss in &losses {
+                for rule in rules {
+                    let mut o = sets.to_vec();
+                    o.extend(task_overrides(task));
+                    o.push(format!("rule={}", toml_quote(rule)));
+                    if let Some(l) = loss {
+                        o.push(format!("ppo.loss={}", toml_quote(l)));
+                    }
+                    o.push(format!("seed={seed}"));
+                    if let Some(n) = steps {
+                        o.push(format!("steps={n}"));
+                    }
+                    let mut cfg = Config::load(config, &o).with_context(|| {
+                        format!("task {task:?}, rule {rule:?}, loss {loss:?}, seed {seed}")
+                    })?;
+                    let (name, arm) = match loss {
+                        Some(l) => (format!("{rule}-{l}-seed{seed}"), format!("{rule}+{l}")),
+                        None => (format!("{rule}-seed{seed}"), rule.clone()),
+                    };
+                    cfg.run_name = format!("{}-{name}", task_label(task));
+                    cfg.run_dir = Some(dir.join(name));
+                    cells.push(Cell {
+                        task: task.clone(),
+                        rule: rule.clone(),
+                        arm,
+                        seed: *seed,
+                        config: cfg,
+                    });
                 }
-                let mut cfg = Config::load(config, &o)
-                    .with_context(|| format!("task {task:?}, rule {rule:?}, seed {seed}"))?;
-                let name = format!("{rule}-seed{seed}");
-                cfg.run_name = format!("{}-{name}", task_label(task));
-                cfg.run_dir = Some(dir.join(name));
-                cells.push(Cell {
-                    task: task.clone(),
-                    rule: rule.clone(),
-                    seed: *seed,
-                    config: cfg,
-                });
             }
         }
     }
@@ -260,5 +292,75 @@ mod tests {
             ]
         );
         assert_eq!(task_label("jsonl:path=a/b.jsonl"), "jsonl-path=a_b.jsonl");
+    }
+
+    #[test]
+    fn a_loss_grid_names_every_rule_and_loss_and_a_rule_grid_keeps_its_names() -> Result<()> {
+        let out = Path::new("/tmp/unused");
+        let rules = ["ba".to_string(), "token".to_string()];
+        let losses = ["ppo".to_string(), "gspo".to_string()];
+        let tasks = ["arithmetic".to_string()];
+        let mut axes = Axes {
+            tasks: &tasks,
+            rules: &rules,
+            losses: &losses,
+            seeds: &[3],
+        };
+        let cells = plan(None, &[], &axes, Some(2), out)?;
+        let names: Vec<(String, String, fulcrum_core::PolicyLoss)> = cells
+            .iter()
+            .map(|c| {
+                let dir = c.dir().file_name().unwrap().to_string_lossy().into_owned();
+                (dir, c.arm.clone(), c.config.ppo.loss)
+            })
+            .collect();
+        use fulcrum_core::PolicyLoss::{Gspo, Ppo};
+        assert_eq!(
+            names,
+            [
+                ("ba-ppo-seed3".into(), "ba+ppo".into(), Ppo),
+                ("token-ppo-seed3".into(), "token+ppo".into(), Ppo),
+                ("ba-gspo-seed3".into(), "ba+gspo".into(), Gspo),
+                ("token-gspo-seed3".into(), "token+gspo".into(), Gspo),
+            ]
+        );
+        axes.losses = &[];
+        let cells = plan(None, &[], &axes, Some(2), out)?;
+        assert_eq!(cells[0].dir().file_name().unwrap(), "ba-seed3");
+        assert_eq!(cells[0].arm, "ba");
+        Ok(())
+    }
+
+    #[test]
+    fn loss_grids_contrast_rules_within_a_loss_and_losses_within_a_rule() {
+        use crate::results::summary::contrast_pairs;
+        let arms: Vec<String> = ["ba+ppo", "token+ppo", "ba+gspo", "token+gspo"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let pairs: Vec<(String, String)> = contrast_pairs(&arms);
+        let want = [
+            ("ba+ppo", "token+ppo"),
+            ("ba+gspo", "token+gspo"),
+            ("ba+gspo", "ba+ppo"),
+            ("token+gspo", "token+ppo"),
+        ];
+        let want: Vec<(String, String)> = want
+            .iter()
+            .map(|(a, b)| (a.to_string(), b.to_string()))
+            .collect();
+        assert_eq!(pairs, want);
+        let rules: Vec<String> = ["token", "seq", "ba"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        assert_eq!(
+            contrast_pairs(&rules),
+            [
+                ("token".to_string(), "seq".to_string()),
+                ("ba".to_string(), "token".to_string()),
+                ("ba".to_string(), "seq".to_string())
+            ]
+        );
     }
 }

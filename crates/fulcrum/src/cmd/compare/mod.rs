@@ -1,4 +1,5 @@
-//! `fulcrum compare`: the same training under several aggregation rules, seeds and tasks, from
+//! `fulcrum compare`: the same training under several aggregation rules (and, with `--losses`,
+//! policy losses), seeds and tasks, from
 //! one shared SFT warm-up per task and seed, then the comparison's numbers.
 //!
 //! The grid (tasks x seeds x rules) runs sequentially, each cell a normal run directory under
@@ -33,6 +34,11 @@ pub struct Args {
     /// Aggregation rules to compare (spec names, comma-separated).
     #[arg(long, value_delimiter = ',', default_value = "token,seq,ba")]
     pub rules: Vec<String>,
+    /// Policy losses to compare (`ppo.loss` names, comma-separated) [default: the config's
+    /// loss, and run directories named `<rule>-seed<S>`]. Given, every rule runs under every
+    /// loss, in `<rule>-<loss>-seed<S>`, and the tables name each run `rule+loss`.
+    #[arg(long, value_delimiter = ',')]
+    pub losses: Vec<String>,
     /// Number of seeds: the config's seed, seed+1, ...
     #[arg(long, default_value_t = 3)]
     pub seeds: u64,
@@ -72,6 +78,15 @@ pub fn run(args: Args) -> Result<ExitCode> {
             anyhow::bail!("--rules: {r:?}: rule `{}` is named twice", rule.name());
         }
     }
+    let mut named_losses = std::collections::BTreeSet::new();
+    for l in &args.losses {
+        let loss = l
+            .parse::<fulcrum_core::PolicyLoss>()
+            .with_context(|| format!("--losses: {l:?}"))?;
+        if !named_losses.insert(loss.name()) {
+            anyhow::bail!("--losses: {l:?}: loss `{}` is named twice", loss.name());
+        }
+    }
     if args.rules.is_empty() || args.seeds == 0 {
         anyhow::bail!("--rules and --seeds must name at least one rule and one seed");
     }
@@ -98,16 +113,19 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let cells = grid::plan(
         args.source.config.as_deref(),
         &sets,
-        &tasks,
-        &args.rules,
-        &seeds,
+        &grid::Axes {
+            tasks: &tasks,
+            rules: &args.rules,
+            losses: &args.losses,
+            seeds: &seeds,
+        },
         args.steps,
         &args.out,
     )?;
     fs::create_dir_all(&args.out).with_context(|| format!("creating {}", args.out.display()))?;
     let manifest = json!({
         "config": args.source.config, "set": args.source.set, "tasks": tasks,
-        "rules": args.rules, "seeds": seeds, "steps": args.steps,
+        "rules": args.rules, "losses": args.losses, "seeds": seeds, "steps": args.steps,
     });
     let mpath = args.out.join("compare.json");
     fs::write(&mpath, serde_json::to_string_pretty(&manifest)? + "\n")
@@ -126,10 +144,19 @@ pub fn run(args: Args) -> Result<ExitCode> {
         .map(|c| {
             let d = RunData::load(c.dir())
                 .with_context(|| format!("reading the run {}", c.dir().display()))?;
-            Ok(summary::run_stats(&c.task, &d, &th))
+            let mut stats = summary::run_stats(&c.task, &d, &th);
+            stats.rule = c.arm.clone();
+            Ok(stats)
         })
         .collect::<Result<_>>()?;
-    let s = summary::summarise(&tasks, &args.rules, &seeds, stats, th);
+    // The arms of the tables: the rules, or every rule+loss pair.
+    let mut arms: Vec<String> = Vec::new();
+    for c in &cells {
+        if !arms.contains(&c.arm) {
+            arms.push(c.arm.clone());
+        }
+    }
+    let s = summary::summarise(&tasks, &arms, &seeds, stats, th);
     let path = args.out.join("summary.json");
     fs::write(&path, serde_json::to_string_pretty(&s)? + "\n")
         .with_context(|| format!("writing {}", path.display()))?;
