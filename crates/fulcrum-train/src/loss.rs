@@ -59,11 +59,15 @@ pub fn policy_token_loss(
     let m = &p.mask;
     let count =
         |t: &Tensor| tch::no_grad(|| t.logical_and(&m.gt(0.0)).sum(Kind::Float).double_value(&[]));
-    let selected = p
-        .selected
-        .as_ref()
-        .map_or_else(|| m.zeros_like(), Tensor::shallow_clone);
-    let n_selected = count(&selected.gt(0.0));
+    // The Clip-Cov / KL-Cov choice (none chosen when the micro-batch has no selection).
+    let selected = || {
+        let s = p
+            .selected
+            .as_ref()
+            .map_or_else(|| m.zeros_like(), Tensor::shallow_clone);
+        let n = count(&s.gt(0.0));
+        (s, n)
+    };
     let d = logprobs - &p.old_logprobs;
     match loss {
         PolicyLoss::Ppo => {
@@ -114,11 +118,13 @@ pub fn policy_token_loss(
                 ..params.clip
             };
             let (l, [low, high, _]) = ppo_token_loss(logprobs, p, &clip);
-            (l * (1.0 - &selected), [low, high, 0.0, n_selected])
+            let (selected, n) = selected();
+            (l * (1.0 - selected), [low, high, 0.0, n])
         }
         PolicyLoss::KlCov => {
-            let l = -a * d.exp() + d.abs() * &selected * params.kl_cov_coef;
-            (l, [0.0, 0.0, 0.0, n_selected])
+            let (selected, n) = selected();
+            let l = -a * d.exp() + d.abs() * selected * params.kl_cov_coef;
+            (l, [0.0, 0.0, 0.0, n])
         }
     }
 }
