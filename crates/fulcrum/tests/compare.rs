@@ -246,6 +246,11 @@ fn a_loss_grid_trains_every_policy_loss_and_records_it() {
     // Each loss against ppo under the same rule.
     let c = &summary["contrasts"][0]["final_accuracy_diff"];
     assert!(c["ba+gspo-ba+ppo"].is_object(), "{c}");
+    // The report draws every arm.
+    let rep = fulcrum(dir.path(), &["report", "cmp"]);
+    assert!(rep.status.success(), "{}", text(&rep.stderr));
+    let page = std::fs::read_to_string(cmp.join("report/index.html")).unwrap();
+    assert!(page.contains("ba+kl-cov"), "the page names the arms");
     // An unknown loss lists the valid ones before anything trains.
     let o = fulcrum(
         dir.path(),

@@ -45,8 +45,28 @@ impl Series {
 }
 
 /// Colours by rule, fixed so that a rule looks the same on every chart (grey for a label that
-/// names no rule).
+/// names no rule). In a grid over losses (labels `rule+loss`) the colour is the loss's: the
+/// rules of one loss then share it, so such grids are best drawn one rule at a time.
 pub fn rule_color(rule: &str) -> RGBColor {
+    if let Some((_, loss)) = rule.split_once('+') {
+        let Ok(loss) = loss.parse::<fulcrum_core::PolicyLoss>() else {
+            return RGBColor(90, 90, 90);
+        };
+        const PALETTE: [RGBColor; 7] = [
+            RGBColor(44, 160, 44),
+            RGBColor(31, 119, 180),
+            RGBColor(255, 127, 14),
+            RGBColor(214, 39, 40),
+            RGBColor(148, 103, 189),
+            RGBColor(140, 86, 75),
+            RGBColor(23, 190, 207),
+        ];
+        let k = fulcrum_core::PolicyLoss::ALL
+            .iter()
+            .position(|&l| l == loss)
+            .unwrap_or(0);
+        return PALETTE[k % PALETTE.len()];
+    }
     let Ok(rule) = rule.parse::<fulcrum_core::Rule>() else {
         return RGBColor(90, 90, 90);
     };

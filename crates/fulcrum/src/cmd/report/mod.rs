@@ -77,7 +77,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
     for task in src
         .tasks
         .iter()
-        .filter(|t| src.runs.iter().any(|(rt, _)| rt == *t))
+        .filter(|t| src.runs.iter().any(|(rt, _, _)| rt == *t))
     {
         let images = task_charts(&src, task, &out)?;
         sections.push(html::Section {

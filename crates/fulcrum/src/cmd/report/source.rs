@@ -18,8 +18,10 @@ pub(super) struct Source {
     /// A comparison (several rules per task) or one run.
     pub is_compare: bool,
     pub tasks: Vec<String>,
+    /// The arms drawn: rules, or `rule+loss` in a comparison over losses.
     pub rules: Vec<String>,
-    pub runs: Vec<(String, RunData)>,
+    /// `(task, arm, run)`.
+    pub runs: Vec<(String, String, RunData)>,
     pub summary: ComparisonSummary,
 }
 
@@ -58,8 +60,8 @@ impl Source {
                 unfinished: Vec::new(),
                 is_compare: false,
                 tasks: vec![task.clone()],
-                rules: vec![rule],
-                runs: vec![(task, run)],
+                rules: vec![rule.clone()],
+                runs: vec![(task, rule, run)],
                 summary: s,
             });
         }
@@ -69,6 +71,23 @@ impl Source {
             .with_context(|| format!("{}: not JSON", manifest.display()))?;
         let tasks = strings(&m, "tasks", &manifest)?;
         let rules = strings(&m, "rules", &manifest)?;
+        // A comparison over losses (`--losses`): every rule under every loss.
+        let losses = match m.get("losses") {
+            None => Vec::new(),
+            Some(_) => strings(&m, "losses", &manifest)?,
+        };
+        let arms: Vec<(String, String)> = if losses.is_empty() {
+            rules.iter().map(|r| (r.clone(), r.clone())).collect()
+        } else {
+            losses
+                .iter()
+                .flat_map(|l| {
+                    rules
+                        .iter()
+                        .map(move |r| (format!("{r}+{l}"), format!("{r}-{l}")))
+                })
+                .collect()
+        };
         let seeds: Vec<u64> = m
             .get("seeds")
             .and_then(Value::as_array)
@@ -84,17 +103,19 @@ impl Source {
         let mut stats = Vec::new();
         let mut unfinished = Vec::new();
         for task in &tasks {
-            for rule in &rules {
+            for (arm, dir_name) in &arms {
                 for seed in &seeds {
-                    let d = grid::task_dir(dir, task).join(format!("{rule}-seed{seed}"));
+                    let d = grid::task_dir(dir, task).join(format!("{dir_name}-seed{seed}"));
                     // Only finished runs: a run cut short would be compared over fewer steps.
                     if d.join("metrics.jsonl").exists() && !d.join("summary.json").exists() {
                         unfinished.push(d.display().to_string());
                     } else if d.join("summary.json").exists() {
                         let run = RunData::load(&d)
                             .with_context(|| format!("reading the run {}", d.display()))?;
-                        stats.push(summary::run_stats(task, &run, &th));
-                        runs.push((task.clone(), run));
+                        let mut st = summary::run_stats(task, &run, &th);
+                        st.rule = arm.clone();
+                        stats.push(st);
+                        runs.push((task.clone(), arm.clone(), run));
                     }
                 }
             }
@@ -102,6 +123,7 @@ impl Source {
         if runs.is_empty() {
             anyhow::bail!("{}: the comparison has no finished runs yet", dir.display());
         }
+        let rules: Vec<String> = arms.into_iter().map(|(arm, _)| arm).collect();
         let s = summary::summarise(&tasks, &rules, &seeds, stats, th);
         Ok(Source {
             unfinished,
@@ -120,8 +142,8 @@ impl Source {
     ) -> impl Iterator<Item = &'a RunData> + 'a {
         self.runs
             .iter()
-            .filter(move |(t, r)| t == task && r.rule() == rule)
-            .map(|(_, r)| r)
+            .filter(move |(t, arm, _)| t == task && arm == rule)
+            .map(|(_, _, r)| r)
     }
 }
 

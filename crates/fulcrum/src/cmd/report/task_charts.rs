@@ -66,11 +66,10 @@ fn evals(r: &RunData) -> Vec<(f64, f64)> {
 /// first), paired by seed at each evaluation: seed-to-seed variation of the shared warm-up,
 /// which dominates the plain accuracy bands, cancels.
 fn paired_accuracy(src: &Source, task: &str) -> Option<(String, Vec<Series>)> {
-    let reference = if src.rules.iter().any(|r| r == "ba") {
-        "ba"
-    } else {
-        src.rules.first()?.as_str()
-    };
+    let reference = ["ba", "ba+ppo"]
+        .into_iter()
+        .find(|r| src.rules.iter().any(|x| x == r))
+        .or_else(|| src.rules.first().map(String::as_str))?;
     let series: Vec<Series> = src
         .rules
         .iter()
@@ -185,7 +184,8 @@ pub(super) fn task_charts(src: &Source, task: &str, out: &Path) -> Result<Vec<(S
     )?;
     let mass: Vec<Series> = if src.is_compare {
         per_rule_of(&|rule, r| {
-            let rule: Option<Rule> = rule.parse().ok();
+            // An arm of a loss grid (`rule+loss`) is drawn with its rule's masses.
+            let rule: Option<Rule> = rule.split('+').next().and_then(|r| r.parse().ok());
             rule.map_or_else(Vec::new, |rule| r.series(|m| m.mass(rule).mass_ratio))
         })
     } else {
@@ -193,7 +193,7 @@ pub(super) fn task_charts(src: &Source, task: &str, out: &Path) -> Result<Vec<(S
         Rule::ALL
             .iter()
             .map(|&rule| {
-                let (points, _) = over_seeds(src.runs.iter().map(|r| &r.1), |r| {
+                let (points, _) = over_seeds(src.runs.iter().map(|r| &r.2), |r| {
                     r.series(|m| m.mass(rule).mass_ratio)
                 });
                 Series::solid(rule.name(), points, Vec::new())
