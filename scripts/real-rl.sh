@@ -46,3 +46,17 @@ for seed in "${seeds[@]}"; do
     done
 done
 python3 scripts/real_rl_table.py "${runs[@]}"
+# Charts of every finished run so far (all rules and seeds), drawn by `fulcrum report` from a
+# comparison-shaped directory of links to the runs, into docs/img/real-rl-*.png.
+view=runs/real-rl/report-view
+spec="jsonl:path=data/arith/chat_train.jsonl"
+rm -rf "$view" && mkdir -p "$view/runs/jsonl-path=data_arith_chat_train.jsonl"
+for d in runs/real-rl/*-seed*; do
+    [ -f "$d/summary.json" ] && ln -s "$PWD/$d" "$view/runs/jsonl-path=data_arith_chat_train.jsonl/"
+done
+printf '{"tasks": ["%s"], "rules": ["ba", "token", "seq"], "seeds": [0, 1, 2]}\n' "$spec" >"$view/compare.json"
+$fulcrum report "$view" >&2
+for chart in accuracy accuracy-diff reward length; do
+    png="$view/report/jsonl-path=data_arith_chat_train.jsonl-$chart.png"
+    [ -f "$png" ] && cp "$png" "docs/img/real-rl-$chart.png"
+done
