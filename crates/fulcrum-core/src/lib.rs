@@ -37,6 +37,7 @@
 pub mod advantages;
 pub mod analysis;
 mod batch;
+pub mod cov_selection;
 pub mod diagnostics;
 mod error;
 pub mod names;
