@@ -326,7 +326,7 @@ fn run_unit(
             "[{k}/{}] {} {} seed {}",
             numbers.len(),
             cell.task,
-            cell.rule,
+            cell.arm,
             cell.seed
         );
         let mut reused: Option<PathBuf> = None;
