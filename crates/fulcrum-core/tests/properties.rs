@@ -1,10 +1,11 @@
 //! Property tests for the six properties listed in `shared/spec/aggregation.md` ("Properties
-//! that tests must check"), on random batches: random group sizes, binary and real rewards,
+//! that tests must check"), the split invariance for every policy loss, on random batches: random group sizes, binary and real rewards,
 //! lengths including zero, singleton and all-equal groups, and arbitrary micro-batch splits.
 
+use fulcrum_core::policy_loss::{self, cov_selection, CovInput};
 use fulcrum_core::{
     advantages, diagnostics::rule_mass, ppo_loss, weighted_loss, BaCount, ClipParams, Estimator,
-    Rule, RuleParams, StepBatch,
+    LossLevel, LossParams, PolicyLoss, Rule, RuleParams, StepBatch,
 };
 use proptest::prelude::*;
 
@@ -256,6 +257,58 @@ proptest! {
             }
             prop_assert!((split - full).abs() <= 1e-12 * full.abs().max(1.0), "{rule}: {split} vs {full}");
             prop_assert_eq!(&split_grad, &full_grad);
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// Property 6 for every policy loss: with the rule's weights and the Clip-Cov / KL-Cov
+    /// choice made once for the whole batch, any micro-batch split gives the same loss and
+    /// gradient; a sequence-level loss puts `n_i w_i L_i` on its response.
+    #[test]
+    fn every_policy_loss_is_split_invariant(
+        r in real_groups(), est in any_estimator(), parts in 1..6usize,
+        assign_seed in 0u64..10_000, seed in 0u64..1000, sel_seed in 0u64..1000,
+    ) {
+        let (batch, adv) = r.batch(est);
+        let n = adv.len();
+        let (new, old) = logprobs(&r.lengths, seed);
+        let assign: Vec<usize> = (0..n).map(|i| (splitmix(assign_seed ^ i as u64) % parts as u64) as usize).collect();
+        let params = LossParams { clip_cov_frac: 0.1, clip_cov_lb: -5.0, kl_cov_frac: 0.1, ..LossParams::default() };
+        for &loss in PolicyLoss::ALL {
+            let inputs: Vec<CovInput<'_>> = old.iter().zip(&adv).map(|(logp, &adv)| CovInput { logp, adv }).collect();
+            let selection = cov_selection(loss, &inputs, &params, &mut fulcrum_core::SplitMix64::seeded(sel_seed));
+            let no_sel: Vec<Vec<bool>> = old.iter().map(|o| vec![false; o.len()]).collect();
+            let selection = if loss.uses_cov_selection() { selection } else { no_sel };
+            let w = Rule::Ba.weights(&batch, &RuleParams::default());
+            let terms = |i: usize| policy_loss::response_terms(loss, &new[i], &old[i], adv[i], &selection[i], &params).unwrap();
+            let full_losses: Vec<Vec<f64>> = (0..n).map(|i| terms(i).iter().map(|t| t.loss).collect()).collect();
+            let full = weighted_loss(&w, &full_losses).unwrap();
+            let full_grad: Vec<Vec<f64>> = (0..n).map(|i| terms(i).iter().map(|t| w[i] * t.grad).collect()).collect();
+            let mut split = 0.0;
+            let mut split_grad = vec![vec![]; n];
+            for p in 0..parts {
+                let idx: Vec<usize> = (0..n).filter(|&i| assign[i] == p).collect();
+                let pw: Vec<f64> = idx.iter().map(|&i| w[i]).collect();
+                let pl: Vec<Vec<f64>> = idx.iter().map(|&i| terms(i).iter().map(|t| t.loss).collect()).collect();
+                split += weighted_loss(&pw, &pl).unwrap();
+                for &i in &idx {
+                    split_grad[i] = terms(i).iter().map(|t| w[i] * t.grad).collect();
+                }
+            }
+            prop_assert!((split - full).abs() <= 1e-12 * full.abs().max(1.0), "{loss}: {split} vs {full}");
+            prop_assert_eq!(&split_grad, &full_grad);
+            if loss.level() == LossLevel::Sequence {
+                for i in 0..n {
+                    let t = terms(i);
+                    if let Some(first) = t.first() {
+                        let sum: f64 = t.iter().map(|x| w[i] * x.loss).sum();
+                        prop_assert!(close(sum, w[i] * t.len() as f64 * first.loss), "{loss}: W_i = n_i w_i");
+                    }
+                }
+            }
         }
     }
 }
