@@ -301,11 +301,11 @@ proptest! {
             prop_assert!((split - full).abs() <= 1e-12 * full.abs().max(1.0), "{loss}: {split} vs {full}");
             prop_assert_eq!(&split_grad, &full_grad);
             if loss.level() == LossLevel::Sequence {
-                for i in 0..n {
+                for (i, &wi) in w.iter().enumerate() {
                     let t = terms(i);
                     if let Some(first) = t.first() {
-                        let sum: f64 = t.iter().map(|x| w[i] * x.loss).sum();
-                        prop_assert!(close(sum, w[i] * t.len() as f64 * first.loss), "{loss}: W_i = n_i w_i");
+                        let sum: f64 = t.iter().map(|x| wi * x.loss).sum();
+                        prop_assert!(close(sum, wi * t.len() as f64 * first.loss), "{loss}: W_i = n_i w_i");
                     }
                 }
             }
