@@ -214,6 +214,9 @@ pub struct Contrast {
 pub struct Pooled {
     /// `"a-b"`.
     pub pair: String,
+    /// `a` and `b` (a name may hold a `-` itself: `ba+clip-cov`).
+    pub first: String,
+    pub second: String,
     pub final_accuracy: MeanCi,
     pub accuracy_auc: Option<MeanCi>,
     /// Tasks with paired runs, and those where `a`'s mean final accuracy was above / below `b`'s.
@@ -391,6 +394,8 @@ fn pooled(runs: &[RunStats], tasks: &[String], rules: &[String], seeds: &[u64]) 
         if let Some(final_accuracy) = stats::mean_ci(&fin) {
             out.push(Pooled {
                 pair: format!("{a}-{b}"),
+                first: a.clone(),
+                second: b.clone(),
                 final_accuracy,
                 accuracy_auc: stats::mean_ci(&auc),
                 tasks: n,
@@ -513,8 +518,9 @@ pub fn table(s: &ComparisonSummary) -> String {
         out.push_str("|---|---|---|---|---|\n");
         for p in &s.pooled {
             out.push_str(&format!(
-                "| {} | {} | {} | {} | {} / {} / {} |\n",
-                p.pair.replacen('-', " − ", 1),
+                "| {} − {} | {} | {} | {} | {} / {} / {} |\n",
+                p.first,
+                p.second,
                 pm(&Some(p.final_accuracy), 3),
                 pm(&p.accuracy_auc, 3),
                 p.final_accuracy.n,

@@ -95,7 +95,6 @@ pub fn task_label(spec: &str) -> String {
 #[derive(Debug, Clone)]
 pub struct Cell {
     pub task: String,
-    pub rule: String,
     /// What the tables call this run: the rule, or `rule+loss` in a grid over losses.
     pub arm: String,
     pub seed: u64,
@@ -178,7 +177,6 @@ pub fn plan(
                     cfg.run_dir = Some(dir.join(name));
                     cells.push(Cell {
                         task: task.clone(),
-                        rule: rule.clone(),
                         arm,
                         seed: *seed,
                         config: cfg,
