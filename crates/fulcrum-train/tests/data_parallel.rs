@@ -1,8 +1,8 @@
 //! Data parallelism on c10d (Gloo, loopback), on the built-in tiny model: 2 ranks end with the
 //! weights of 1 rank on the same global batch under `ba`, `seq` and `token` (uneven shards, and
-//! a mini-batch in which one rank has nothing to back-propagate) and under the policy losses
-//! with sequence- or step-wide parts; ZeRO-1 ends where replicated AdamW does; a checkpoint written by 2 ranks resumes in 1 and continues the same run; bf16
-//! mixed precision tracks f32 and keeps updates that pure bf16 loses.
+//! a mini-batch in which one rank has nothing to back-propagate) and under every policy loss;
+//! ZeRO-1 ends where replicated AdamW does; a checkpoint written by 2 ranks resumes in 1 and
+//! continues the same run; bf16 mixed precision tracks f32 and keeps updates that pure bf16 loses.
 //!
 //! Ranks are threads of this test process, each with its own c10d group member, so the test
 //! needs no binary; `fulcrum`'s own tests cover `--nproc` and a killed rank.
@@ -173,13 +173,9 @@ fn two_ranks_end_with_the_weights_of_one_under_ba_seq_and_token() {
 }
 
 #[test]
-fn two_ranks_end_with_the_weights_of_one_under_the_sequence_and_selection_losses() {
-    // The losses with a part wider than a token: GSPO's and GMPO's sequence ratio, Clip-Cov's
-    // and KL-Cov's step-wide choice. The token-level ones (CISPO, SAPO) are sums over tokens
-    // like PPO's, which `tests/guarantees.rs` checks for every micro-batch split.
+fn two_ranks_end_with_the_weights_of_one_under_every_policy_loss() {
     let root = scratch("losses");
-    use fulcrum_core::PolicyLoss::{ClipCov, Gmpo, Gspo, KlCov};
-    for loss in [Gspo, Gmpo, ClipCov, KlCov] {
+    for loss in fulcrum_core::PolicyLoss::ALL.iter().skip(1) {
         // Cov fractions large enough that the tiny batches choose tokens.
         let set = [
             "steps=2".to_string(),
