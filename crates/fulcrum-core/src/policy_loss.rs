@@ -20,7 +20,8 @@
 //!   `g`, `W_i = (1/M) (N_gs / W_g) (n_i / T_gs)`: inside a side responses weigh by their share
 //!   of the side's tokens, and the two sides are balanced by their counts, whatever their
 //!   lengths (the sign-length decoupling BA exists for). A per-side mean over *responses*
-//!   instead would make `ba` identical to `seq` (`(N_gs / W_g) / N_gs = 1 / W_g`),
+//!   instead would make `ba` identical to `seq` on the responses with `A != 0`
+//!   (`(1/M) (N_gs / W_g) / N_gs = 1 / (M W_g)`),
 //!   which is why `ba` keeps its token mean here. No rule is refused: every rule's weight is
 //!   constant along a response, so `W_i` is always defined.
 //!
