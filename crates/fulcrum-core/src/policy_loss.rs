@@ -26,12 +26,11 @@
 //!   constant along a response, so `W_i` is always defined.
 //!
 //! Clip-Cov and KL-Cov treat a small set of tokens differently, chosen by the covariance of
-//! log-probability and advantage over the batch ([`cov_selection`]). fulcrum chooses them once
-//! per step from the sampling-time log-probabilities (the source code uses the current ones of
+//! log-probability and advantage over the batch (`cov_selection.rs`). fulcrum chooses them
+//! once per step from the sampling-time log-probabilities (the source code uses the current ones of
 //! each micro-batch, equal on the first update of an on-policy step), so the choice, and the
 //! update, do not depend on the micro-batch size or the number of ranks.
 
-pub use crate::cov_selection::{cov_selection, CovInput};
 use crate::ppo_loss::{token_loss, ClipParams, ClipRegion};
 use crate::CoreError;
 
@@ -85,7 +84,7 @@ impl PolicyLoss {
         }
     }
 
-    /// Whether the loss treats the tokens of [`cov_selection`] differently.
+    /// Whether the loss treats the tokens of `cov_selection.rs` differently.
     pub fn uses_cov_selection(self) -> bool {
         matches!(self, PolicyLoss::ClipCov | PolicyLoss::KlCov)
     }
@@ -226,12 +225,12 @@ pub struct TokenTerm {
     /// `ClippedLow`/`ClippedHigh`: the token's (or its sequence's) ratio was clipped on that
     /// side; `DualClipped`: PPO's dual clip; `Unclipped` otherwise (SAPO never clips).
     pub region: ClipRegion,
-    /// The token is one of [`cov_selection`]'s (Clip-Cov, KL-Cov).
+    /// The token is one of those `cov_selection.rs` chose (Clip-Cov, KL-Cov).
     pub selected: bool,
 }
 
 /// The token terms of one response: new and sampling-time log-probabilities of its loss
-/// tokens, its advantage, and (Clip-Cov, KL-Cov) which tokens [`cov_selection`] chose.
+/// tokens, its advantage, and (Clip-Cov, KL-Cov) which tokens `cov_selection.rs` chose.
 pub fn response_terms(
     loss: PolicyLoss,
     logp_new: &[f64],

@@ -2,7 +2,8 @@
 //! that tests must check"), the split invariance for every policy loss, on random batches: random group sizes, binary and real rewards,
 //! lengths including zero, singleton and all-equal groups, and arbitrary micro-batch splits.
 
-use fulcrum_core::policy_loss::{self, cov_selection, CovInput};
+use fulcrum_core::cov_selection::{cov_selection, CovInput};
+use fulcrum_core::policy_loss;
 use fulcrum_core::{
     advantages, diagnostics::rule_mass, ppo_loss, weighted_loss, BaCount, ClipParams, Estimator,
     LossLevel, LossParams, PolicyLoss, Rule, RuleParams, StepBatch,

@@ -33,7 +33,7 @@ pub struct Packed {
     /// `[B, T-1]` f32: 1 on response positions that take part in the loss.
     pub mask: Tensor,
     /// `[B, T-1]` f32: 1 on the tokens Clip-Cov or KL-Cov chose for the step
-    /// (`fulcrum_core::policy_loss::cov_selection`); `None` when the loss chooses none.
+    /// (`fulcrum_core::cov_selection`); `None` when the loss chooses none.
     pub selected: Option<Tensor>,
     /// Response tokens in the micro-batch (the sum of `mask`).
     pub tokens: usize,

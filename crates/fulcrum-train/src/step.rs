@@ -9,8 +9,8 @@
 
 use std::time::Instant;
 
+use fulcrum_core::cov_selection::{self, CovInput};
 use fulcrum_core::diagnostics::{mass_share, update_cosine};
-use fulcrum_core::policy_loss::{self, CovInput};
 use fulcrum_core::{advantages, Diagnostics, RuleParams, SplitMix64, StepBatch};
 use fulcrum_tasks::Task;
 use serde_json::{json, Value};
@@ -278,7 +278,7 @@ impl OptSummary {
     }
 }
 
-/// The step's Clip-Cov / KL-Cov token choice (`fulcrum_core::policy_loss::cov_selection`) from
+/// The step's Clip-Cov / KL-Cov token choice (`fulcrum_core::cov_selection`) from
 /// the sampling-time log-probabilities of every loss token, so that it is the same whatever the
 /// micro-batch size and rank count; empty for the other losses.
 fn cov_selection(
@@ -305,7 +305,7 @@ fn cov_selection(
         .map(|(logp, &adv)| CovInput { logp, adv })
         .collect();
     let mut rng = SplitMix64::derive(cfg.seed, "cov-selection", step);
-    policy_loss::cov_selection(cfg.ppo.loss, &inputs, &cfg.loss_params(), &mut rng)
+    cov_selection::cov_selection(cfg.ppo.loss, &inputs, &cfg.loss_params(), &mut rng)
 }
 
 /// DAPO's soft overlong punishment: a linear penalty over the last `overlong_buffer` tokens

@@ -1,7 +1,7 @@
 //! The trainer's guarantees on the real loss path, on the built-in tiny model:
 //! micro-batch invariance of the parameter gradient, and the non-finite guard.
 
-use fulcrum_core::policy_loss::{cov_selection, CovInput};
+use fulcrum_core::cov_selection::{cov_selection, CovInput};
 use fulcrum_core::{advantages, Estimator, PolicyLoss, Rule, RuleParams, SplitMix64, StepBatch};
 use fulcrum_model::optim::{AdamW, AdamWConfig};
 use fulcrum_model::Model;
