@@ -31,7 +31,7 @@
 //! each micro-batch, equal on the first update of an on-policy step), so the choice, and the
 //! update, do not depend on the micro-batch size or the number of ranks.
 
-use crate::ppo_loss::{token_loss, ClipParams, ClipRegion};
+use crate::ppo_loss::{token_loss, ClipParams, ClipRegion, TokenLoss};
 use crate::CoreError;
 
 crate::closed_set! {
@@ -266,12 +266,17 @@ pub fn response_terms(
 /// PPO-clip, `ppo_loss::token_loss`:
 /// `l = max(-A r, -A clip(r, 1-eps_low, 1+eps_high))`, capped at `-A c` where `A < 0`.
 fn ppo(new: f64, old: f64, adv: f64, clip: &ClipParams) -> TokenTerm {
-    let t = token_loss(new, old, adv, clip);
-    TokenTerm {
-        loss: t.loss,
-        grad: t.grad_logp_new,
-        region: t.region,
-        selected: false,
+    token_loss(new, old, adv, clip).into()
+}
+
+impl From<TokenLoss> for TokenTerm {
+    fn from(t: TokenLoss) -> Self {
+        TokenTerm {
+            loss: t.loss,
+            grad: t.grad_logp_new,
+            region: t.region,
+            selected: false,
+        }
     }
 }
 
@@ -281,31 +286,17 @@ fn ppo(new: f64, old: f64, adv: f64, clip: &ClipParams) -> TokenTerm {
 fn gspo(new: &[f64], old: &[f64], adv: f64, p: &LossParams) -> Vec<TokenTerm> {
     let n = new.len().max(1) as f64;
     let log_s = (new.iter().zip(old).map(|(a, b)| a - b).sum::<f64>() / n).min(10.0);
-    let s = log_s.exp();
-    let (lo, hi) = (1.0 - p.gspo_eps_low, 1.0 + p.gspo_eps_high);
-    let (unclipped, clipped) = (-adv * s, -adv * s.clamp(lo, hi));
-    let (loss, region) = if clipped > unclipped {
-        let side = if s > 1.0 {
-            ClipRegion::ClippedHigh
-        } else {
-            ClipRegion::ClippedLow
-        };
-        (clipped, side)
-    } else {
-        (unclipped, ClipRegion::Unclipped)
+    // PPO's clip (without the dual clip) on the sequence ratio: `token_loss` of `log s`.
+    let clip = ClipParams {
+        eps_low: p.gspo_eps_low,
+        eps_high: p.gspo_eps_high,
+        dual_clip_c: f64::INFINITY,
     };
+    let mut term = TokenTerm::from(token_loss(log_s, 0.0, adv, &clip));
     // The cap at 10 stops the gradient like a clip (it only guards against overflow).
-    let grad = if region == ClipRegion::Unclipped && log_s < 10.0 {
-        -adv * s
-    } else {
-        0.0
-    };
-    let term = TokenTerm {
-        loss,
-        grad,
-        region,
-        selected: false,
-    };
+    if log_s >= 10.0 {
+        term.grad = 0.0;
+    }
     vec![term; new.len()]
 }
 
@@ -456,40 +447,15 @@ mod tests {
         (f(x + h) - f(x - h)) / (2.0 * h)
     }
 
+    /// Each token's gradient is the derivative, by its own log-probability, of the response's
+    /// summed terms: a token-level term depends on its own token only, and a sequence-level
+    /// loss puts `L` on all `n` tokens, so both reduce to the formulas of the module header.
     #[test]
-    fn token_level_gradients_match_finite_differences() {
+    fn gradients_are_the_derivatives_of_the_summed_terms() {
         // CISPO is left out: its weight is a constant of the surrogate, so its gradient is not
         // the derivative of its value (tested in `cispo_keeps_the_gradient_of_a_capped_token`).
-        let p = LossParams::default();
-        for loss in [
-            PolicyLoss::Ppo,
-            PolicyLoss::Sapo,
-            PolicyLoss::ClipCov,
-            PolicyLoss::KlCov,
-        ] {
-            for adv in [0.9, -1.1] {
-                let sel = [false, true, false, true, false];
-                let terms = response_terms(loss, &NEW, &OLD, adv, &sel, &p).unwrap();
-                for t in 0..NEW.len() {
-                    let f = |x: f64| {
-                        let mut new = NEW;
-                        new[t] = x;
-                        response_terms(loss, &new, &OLD, adv, &sel, &p).unwrap()[t].loss
-                    };
-                    let g = fd(f, NEW[t]);
-                    assert!(
-                        (g - terms[t].grad).abs() < 1e-5,
-                        "{loss} adv {adv} token {t}: {g} vs {}",
-                        terms[t].grad
-                    );
-                }
-            }
-        }
-    }
-
-    #[test]
-    fn sequence_level_gradients_are_n_times_the_sequence_derivative() {
         // Wide clips so that GSPO's ratio is inside them, then narrow ones so that it is not.
+        let sel = [false, true, false, true, false];
         for (eps, gmpo_clip) in [(0.5, 0.4), (1e-4, 0.07)] {
             let p = LossParams {
                 gspo_eps_low: eps,
@@ -498,18 +464,24 @@ mod tests {
                 gmpo_clip_high: gmpo_clip,
                 ..LossParams::default()
             };
-            for loss in [PolicyLoss::Gspo, PolicyLoss::Gmpo] {
-                for adv in [0.7, -1.3] {
-                    let terms = response_terms(loss, &NEW, &OLD, adv, &[], &p).unwrap();
-                    let l0 = terms[0].loss;
-                    assert!(terms.iter().all(|t| t.loss == l0), "{loss}: one value");
+            for loss in PolicyLoss::ALL.iter().copied() {
+                if loss == PolicyLoss::Cispo {
+                    continue;
+                }
+                for adv in [0.9, -1.1] {
+                    let terms = response_terms(loss, &NEW, &OLD, adv, &sel, &p).unwrap();
+                    if loss.level() == LossLevel::Sequence {
+                        let l0 = terms[0].loss;
+                        assert!(terms.iter().all(|t| t.loss == l0), "{loss}: one value");
+                    }
                     for t in 0..NEW.len() {
                         let f = |x: f64| {
                             let mut new = NEW;
                             new[t] = x;
-                            response_terms(loss, &new, &OLD, adv, &[], &p).unwrap()[0].loss
+                            let terms = response_terms(loss, &new, &OLD, adv, &sel, &p).unwrap();
+                            terms.iter().map(|u| u.loss).sum::<f64>()
                         };
-                        let g = NEW.len() as f64 * fd(f, NEW[t]);
+                        let g = fd(f, NEW[t]);
                         assert!(
                             (g - terms[t].grad).abs() < 1e-5,
                             "{loss} eps {eps} adv {adv} token {t}: {g} vs {}",

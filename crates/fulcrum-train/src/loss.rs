@@ -68,7 +68,8 @@ pub fn policy_token_loss(
         let n = count(&s.gt(0.0));
         (s, n)
     };
-    let d = logprobs - &p.old_logprobs;
+    // The log-ratio, for the losses that read it (PPO's path computes its own ratio).
+    let d = || logprobs - &p.old_logprobs;
     match loss {
         PolicyLoss::Ppo => {
             let (l, [low, high, dual]) = ppo_token_loss(logprobs, p, &params.clip);
@@ -76,7 +77,7 @@ pub fn policy_token_loss(
         }
         PolicyLoss::Gspo => {
             // GSPO-token: the value of the sequence ratio, the gradient of each token's own.
-            let seq = row_mean(&d, m);
+            let seq = row_mean(&d(), m);
             let log_s = (logprobs - logprobs.detach() + seq.detach().unsqueeze(1)).clamp_max(10.0);
             let s = log_s.exp();
             let (lo, hi) = (1.0 - params.gspo_eps_low, 1.0 + params.gspo_eps_high);
@@ -86,14 +87,14 @@ pub fn policy_token_loss(
             (l, [count(&low), count(&high), 0.0, 0.0])
         }
         PolicyLoss::Cispo => {
-            let r = d.exp();
+            let r = d().exp();
             let (lo, hi) = (1.0 - params.cispo_eps_low, 1.0 + params.cispo_eps_high);
             let w = r.clamp(lo, hi).detach();
             let l = -(w * a * logprobs);
             (l, [count(&r.lt(lo)), count(&r.gt(hi)), 0.0, 0.0])
         }
         PolicyLoss::Sapo => {
-            let r = d.exp();
+            let r = d().exp();
             let tau = a
                 .full_like(params.sapo_tau_pos)
                 .where_self(&a.gt(0.0), &a.full_like(params.sapo_tau_neg));
@@ -101,6 +102,7 @@ pub fn policy_token_loss(
             (-a * gate, [0.0; 4])
         }
         PolicyLoss::Gmpo => {
+            let d = d();
             let sign = a.sign();
             let clipped = d.clamp(-params.gmpo_clip_low, params.gmpo_clip_high);
             let kept = (&sign * &d).minimum(&(&sign * &clipped)) * &sign;
@@ -123,6 +125,7 @@ pub fn policy_token_loss(
         }
         PolicyLoss::KlCov => {
             let (selected, n) = selected();
+            let d = d();
             let l = -a * d.exp() + d.abs() * selected * params.kl_cov_coef;
             (l, [0.0, 0.0, 0.0, n])
         }
