@@ -1,8 +1,10 @@
-//! The results code `compare`, `report` and `eval` share: the statistics ([`stats`]), what a
+//! The results code `compare`, `report` and `eval` share: the arms of a comparison ([`arm`]),
+//! the statistics ([`stats`]), what a
 //! comparison concludes from its runs and its table ([`summary`]: per-run measures, means with
 //! confidence intervals over seeds, paired contrasts between rules, relations to the length
 //! diagnostics), and the evaluation table. Runs are read with `fulcrum_train::RunData`.
 
+pub mod arm;
 pub mod stats;
 pub mod summary;
 

@@ -18,6 +18,7 @@ use serde::{Deserialize, Serialize};
 
 use fulcrum_train::{RunData, StepMetrics};
 
+use super::arm::Arm;
 use super::stats::{self, Fit, MeanCi};
 
 /// The cut-offs of the stability measures (every default in one place).
@@ -316,38 +317,34 @@ pub fn summarise(
 /// In a grid over policy losses (arms spelled `rule+loss`) the same pairs within each loss,
 /// and then each loss against `ppo` under the same rule.
 pub fn contrast_pairs(arms: &[String]) -> Vec<(String, String)> {
-    let split = |a: &str| match a.split_once('+') {
-        Some((rule, loss)) => (rule.to_string(), Some(loss.to_string())),
-        None => (a.to_string(), None),
-    };
     let has = |r: &str| arms.iter().any(|x| x == r);
-    let mut losses: Vec<Option<String>> = Vec::new();
+    let mut losses: Vec<Option<&str>> = Vec::new();
     for a in arms {
-        let l = split(a).1;
+        let l = Arm::parse(a).loss;
         if !losses.contains(&l) {
             losses.push(l);
         }
     }
-    let arm = |rule: &str, loss: &Option<String>| match loss {
-        Some(l) => format!("{rule}+{l}"),
-        None => rule.to_string(),
-    };
+    let label = |rule, loss| Arm { rule, loss }.label();
     let mut out = Vec::new();
-    for loss in &losses {
-        let (token, seq, ba) = (arm("token", loss), arm("seq", loss), arm("ba", loss));
+    for &loss in &losses {
+        let (token, seq, ba) = (label("token", loss), label("seq", loss), label("ba", loss));
         if has(&token) && has(&seq) {
             out.push((token, seq));
         }
         if has(&ba) {
-            for a in arms.iter().filter(|a| **a != ba && split(a).1 == *loss) {
+            for a in arms
+                .iter()
+                .filter(|a| **a != ba && Arm::parse(a).loss == loss)
+            {
                 out.push((ba.clone(), a.clone()));
             }
         }
     }
     for a in arms {
-        let (rule, loss) = split(a);
-        let ppo = arm(&rule, &Some("ppo".to_string()));
-        if loss.is_some_and(|l| l != "ppo") && has(&ppo) {
+        let arm = Arm::parse(a);
+        let ppo = label(arm.rule, Some("ppo"));
+        if arm.loss.is_some_and(|l| l != "ppo") && has(&ppo) {
             out.push((a.clone(), ppo));
         }
     }

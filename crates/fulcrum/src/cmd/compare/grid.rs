@@ -10,6 +10,8 @@ use anyhow::{Context, Result};
 use fulcrum_tasks::TaskConfig;
 use fulcrum_train::Config;
 
+use crate::results::arm::Arm;
+
 /// Splits the values of a task flag (`--tasks`, `--bench`; `flag` names it in errors) into
 /// task specs. A spec's own settings are comma-separated too
 /// (`countdown:difficulty=2,length=0.5`), so a piece of the form `key=value` with no `:` before
@@ -169,15 +171,16 @@ pub fn plan(
                     let mut cfg = Config::load(config, &o).with_context(|| {
                         format!("task {task:?}, rule {rule:?}, loss {loss:?}, seed {seed}")
                     })?;
-                    let (name, arm) = match loss {
-                        Some(l) => (format!("{rule}-{l}-seed{seed}"), format!("{rule}+{l}")),
-                        None => (format!("{rule}-seed{seed}"), rule.clone()),
+                    let arm = Arm {
+                        rule,
+                        loss: loss.map(String::as_str),
                     };
+                    let name = arm.run_dir_name(*seed);
                     cfg.run_name = format!("{}-{name}", task_label(task));
                     cfg.run_dir = Some(dir.join(name));
                     cells.push(Cell {
                         task: task.clone(),
-                        arm,
+                        arm: arm.label(),
                         seed: *seed,
                         config: cfg,
                     });

@@ -68,25 +68,8 @@ pub struct Args {
 
 pub fn run(args: Args) -> Result<ExitCode> {
     let base = args.source.load()?;
-    let mut named = std::collections::BTreeSet::new();
-    for r in &args.rules {
-        let rule = r
-            .parse::<fulcrum_core::Rule>()
-            .with_context(|| format!("--rules: {r:?}"))?;
-        // Two names of one rule would be two runs writing the same directory.
-        if !named.insert(rule.name()) {
-            anyhow::bail!("--rules: {r:?}: rule `{}` is named twice", rule.name());
-        }
-    }
-    let mut named_losses = std::collections::BTreeSet::new();
-    for l in &args.losses {
-        let loss = l
-            .parse::<fulcrum_core::PolicyLoss>()
-            .with_context(|| format!("--losses: {l:?}"))?;
-        if !named_losses.insert(loss.name()) {
-            anyhow::bail!("--losses: {l:?}: loss `{}` is named twice", loss.name());
-        }
-    }
+    distinct_names::<fulcrum_core::Rule>("--rules", "rule", &args.rules)?;
+    distinct_names::<fulcrum_core::PolicyLoss>("--losses", "loss", &args.losses)?;
     if args.rules.is_empty() || args.seeds == 0 {
         anyhow::bail!("--rules and --seeds must name at least one rule and one seed");
     }
@@ -165,6 +148,23 @@ pub fn run(args: Args) -> Result<ExitCode> {
     fs::write(&path, &table).with_context(|| format!("writing {}", path.display()))?;
     print!("{table}");
     Ok(ExitCode::SUCCESS)
+}
+
+/// Parses every value of `flag` as a `T` and refuses a value named twice (two spellings of one
+/// rule or loss would be two runs writing the same directory).
+fn distinct_names<T>(flag: &str, what: &str, values: &[String]) -> Result<()>
+where
+    T: std::str::FromStr<Err = fulcrum_core::CoreError> + Ord + std::fmt::Display,
+{
+    let mut named = std::collections::BTreeSet::new();
+    for v in values {
+        let x = v.parse::<T>().with_context(|| format!("{flag}: {v:?}"))?;
+        let name = x.to_string();
+        if !named.insert(x) {
+            anyhow::bail!("{flag}: {v:?}: {what} `{name}` is named twice");
+        }
+    }
+    Ok(())
 }
 
 /// The config's own task as a spec (when `--tasks` is not given).

@@ -48,7 +48,7 @@ impl Series {
 /// names no rule). In a grid over losses (labels `rule+loss`) the colour is the loss's: the
 /// rules of one loss then share it, so such grids are best drawn one rule at a time.
 pub fn rule_color(rule: &str) -> RGBColor {
-    if let Some((_, loss)) = rule.split_once('+') {
+    if let Some(loss) = crate::results::arm::Arm::parse(rule).loss {
         let Ok(loss) = loss.parse::<fulcrum_core::PolicyLoss>() else {
             return RGBColor(90, 90, 90);
         };

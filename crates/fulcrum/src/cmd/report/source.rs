@@ -9,6 +9,7 @@ use fulcrum_train::RunData;
 use serde_json::Value;
 
 use crate::cmd::compare::grid;
+use crate::results::arm::Arm;
 use crate::results::summary::{self, ComparisonSummary, Thresholds};
 
 /// The runs to draw, by task, and their summary.
@@ -76,18 +77,15 @@ impl Source {
             None => Vec::new(),
             Some(_) => strings(&m, "losses", &manifest)?,
         };
-        let arms: Vec<(String, String)> = if losses.is_empty() {
-            rules.iter().map(|r| (r.clone(), r.clone())).collect()
+        let losses: Vec<Option<&str>> = if losses.is_empty() {
+            vec![None]
         } else {
-            losses
-                .iter()
-                .flat_map(|l| {
-                    rules
-                        .iter()
-                        .map(move |r| (format!("{r}+{l}"), format!("{r}-{l}")))
-                })
-                .collect()
+            losses.iter().map(|l| Some(l.as_str())).collect()
         };
+        let arms: Vec<Arm<'_>> = losses
+            .iter()
+            .flat_map(|&loss| rules.iter().map(move |rule| Arm { rule, loss }))
+            .collect();
         let seeds: Vec<u64> = m
             .get("seeds")
             .and_then(Value::as_array)
@@ -103,9 +101,9 @@ impl Source {
         let mut stats = Vec::new();
         let mut unfinished = Vec::new();
         for task in &tasks {
-            for (arm, dir_name) in &arms {
+            for arm in &arms {
                 for seed in &seeds {
-                    let d = grid::task_dir(dir, task).join(format!("{dir_name}-seed{seed}"));
+                    let d = grid::task_dir(dir, task).join(arm.run_dir_name(*seed));
                     // Only finished runs: a run cut short would be compared over fewer steps.
                     if d.join("metrics.jsonl").exists() && !d.join("summary.json").exists() {
                         unfinished.push(d.display().to_string());
@@ -113,9 +111,9 @@ impl Source {
                         let run = RunData::load(&d)
                             .with_context(|| format!("reading the run {}", d.display()))?;
                         let mut st = summary::run_stats(task, &run, &th);
-                        st.rule = arm.clone();
+                        st.rule = arm.label();
                         stats.push(st);
-                        runs.push((task.clone(), arm.clone(), run));
+                        runs.push((task.clone(), arm.label(), run));
                     }
                 }
             }
@@ -123,7 +121,7 @@ impl Source {
         if runs.is_empty() {
             anyhow::bail!("{}: the comparison has no finished runs yet", dir.display());
         }
-        let rules: Vec<String> = arms.into_iter().map(|(arm, _)| arm).collect();
+        let rules: Vec<String> = arms.iter().map(Arm::label).collect();
         let s = summary::summarise(&tasks, &rules, &seeds, stats, th);
         Ok(Source {
             unfinished,

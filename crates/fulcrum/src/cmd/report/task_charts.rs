@@ -12,6 +12,7 @@ use fulcrum_train::{RunData, StepMetrics};
 use super::charts::{self, Dash, Series};
 use super::source::Source;
 use crate::cmd::compare::grid;
+use crate::results::arm::Arm;
 
 /// What a chart reads from one run of a rule: `(step, value)` points.
 type Curve<'a> = dyn Fn(&str, &RunData) -> Vec<(f64, f64)> + 'a;
@@ -185,7 +186,7 @@ pub(super) fn task_charts(src: &Source, task: &str, out: &Path) -> Result<Vec<(S
     let mass: Vec<Series> = if src.is_compare {
         per_rule_of(&|rule, r| {
             // An arm of a loss grid (`rule+loss`) is drawn with its rule's masses.
-            let rule: Option<Rule> = rule.split('+').next().and_then(|r| r.parse().ok());
+            let rule: Option<Rule> = Arm::parse(rule).rule.parse().ok();
             rule.map_or_else(Vec::new, |rule| r.series(|m| m.mass(rule).mass_ratio))
         })
     } else {
