@@ -12,17 +12,12 @@ use std::time::Instant;
 use fulcrum_model::logprobs::EntropyGrad;
 use fulcrum_model::masked_logprobs::{masked_sequence_logprobs_with, MemoryOptions};
 use fulcrum_model::tch::{self, Device, Kind, Tensor};
-use fulcrum_model::{
-    generate, weighted_sum, AdamW, AdamWConfig, DeviceChoice, Message, Model, ModelConfig,
-    SampleRequest, Sampling,
-};
+use fulcrum_model::{weighted_sum, AdamW, AdamWConfig, DeviceChoice, Message, Model, ModelConfig};
 use serde_json::{json, Value};
 
-fn sync(device: Device) {
-    if let Device::Cuda(i) = device {
-        tch::Cuda::synchronize(i as i64);
-    }
-}
+#[path = "sampling.rs"]
+mod sampling;
+use sampling::{arg, sample_secs, sync};
 
 /// Peak resident memory of this process in bytes (VmHWM), 0 where unavailable.
 fn peak_rss() -> u64 {
@@ -114,45 +109,9 @@ fn train_steps(
     Ok(total / steps as f64)
 }
 
-fn sample_secs(
-    model: &Model,
-    prompts: Vec<Vec<i64>>,
-    g: usize,
-    new_tokens: usize,
-    seed: u64,
-) -> anyhow::Result<(f64, usize)> {
-    let req = SampleRequest {
-        first_prompt: 0,
-        prompts,
-        samples_per_prompt: g,
-        max_new_tokens: new_tokens,
-        sampling: Sampling::Sample {
-            temperature: 1.0,
-            top_k: None,
-            top_p: None,
-        },
-        seed,
-        stop_token_ids: vec![],
-        stop_strings: vec![],
-    };
-    let device = model.device();
-    sync(device);
-    let t = Instant::now();
-    let out = generate(model.net(), &req, None)?;
-    sync(device);
-    Ok((
-        t.elapsed().as_secs_f64(),
-        out.iter().map(|c| c.tokens.len()).sum(),
-    ))
-}
-
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().collect();
-    let device_arg = args
-        .iter()
-        .position(|a| a == "--device")
-        .and_then(|i| args.get(i + 1))
-        .map_or("cpu", |s| s.as_str());
+    let device_arg = arg(&args, "--device").unwrap_or("cpu");
     let device = device_arg.parse::<DeviceChoice>()?.resolve()?;
     let sample_only = args.iter().any(|a| a == "--sample-only");
     let skip_smol = sample_only || args.iter().any(|a| a == "--skip-smollm2");

@@ -8,19 +8,14 @@
 //! chat prompt; each figure is the best of `--repeats` runs after one warm-up. Prints one JSON
 //! line: the prompt's token ids, and per dtype and batch size the seconds and tokens/s.
 
-use std::time::Instant;
-
 use anyhow::{Context, Result};
 use fulcrum_model::tch::{self, Device, Kind};
-use fulcrum_model::{generate, Message, ModelSpec, SampleRequest, Sampling};
+use fulcrum_model::{Message, ModelSpec};
 use serde_json::json;
 
-fn arg<'a>(args: &'a [String], name: &str) -> Option<&'a str> {
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .map(String::as_str)
-}
+#[path = "sampling.rs"]
+mod sampling;
+use sampling::{arg, sample_secs};
 
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().collect();
@@ -55,28 +50,7 @@ fn main() -> Result<()> {
         };
         model.set_kind(kind);
         for &b in &batches {
-            let run = |seed: u64, n: usize| -> Result<(f64, usize)> {
-                let req = SampleRequest {
-                    first_prompt: 0,
-                    prompts: vec![prompt.clone()],
-                    samples_per_prompt: b,
-                    max_new_tokens: n,
-                    sampling: Sampling::Sample {
-                        temperature: 1.0,
-                        top_k: None,
-                        top_p: None,
-                    },
-                    seed,
-                    stop_token_ids: vec![],
-                    stop_strings: vec![],
-                };
-                let t = Instant::now();
-                let out = generate(model.net(), &req, None)?;
-                Ok((
-                    t.elapsed().as_secs_f64(),
-                    out.iter().map(|c| c.tokens.len()).sum(),
-                ))
-            };
+            let run = |seed: u64, n: usize| sample_secs(&model, vec![prompt.clone()], b, n, seed);
             run(0, 8)?;
             let mut best = f64::INFINITY;
             let mut tokens = 0;
