@@ -233,6 +233,7 @@ fn a_loss_grid_trains_every_policy_loss_and_records_it() {
     assert_eq!(runs.len(), 7);
     for (run, loss) in runs.iter().zip(losses.split(',')) {
         assert_eq!(run["rule"], format!("ba+{loss}"), "{run}");
+        assert_eq!(run["loss"], loss, "{run}");
         let rdir = cmp.join(format!("runs/arithmetic-difficulty=1/ba-{loss}-seed0"));
         let s: Value =
             serde_json::from_str(&std::fs::read_to_string(rdir.join("summary.json")).unwrap())

@@ -50,7 +50,10 @@ impl Default for Thresholds {
 #[derive(Debug, Clone, Serialize)]
 pub struct RunStats {
     pub task: String,
+    /// The arm: the rule, or `rule+loss` in a comparison over losses.
     pub rule: String,
+    /// The run's policy loss (`ppo.loss`).
+    pub loss: String,
     pub seed: u64,
     pub dir: String,
     pub steps: usize,
@@ -124,6 +127,7 @@ pub fn run_stats(task: &str, run: &RunData, th: &Thresholds) -> RunStats {
     RunStats {
         task: task.to_string(),
         rule: run.rule().to_string(),
+        loss: run.config.ppo.loss.name().to_string(),
         seed: run.config.seed,
         dir: run.dir.display().to_string(),
         steps: n,
