@@ -57,10 +57,18 @@ if [[ -f $STAMP && -f .venv/site/torch/lib/libtorch.so ]]; then
 fi
 PYTHON=${PYTHON:-python3}
 echo "setup-libtorch: installing torch==$TORCH_VERSION from PyPI into .venv (once; about 5 GB)" >&2
+# The wheel and its CUDA libraries unpack to about 5 GB, and pip needs room for the downloads
+# beside them: say so plainly up front rather than fail halfway with ENOSPC.
+free_kb=$(df -Pk . | awk 'NR == 2 { print $4 }')
+if [[ -n $free_kb && $free_kb -lt $((8 * 1024 * 1024)) ]]; then
+    echo "setup-libtorch: only $((free_kb / 1024)) MiB free on $(df -P . | awk 'NR == 2 { print $6 }'); torch needs about 8 GiB while installing" >&2
+    exit 1
+fi
 if [[ ! -x .venv/bin/python ]]; then
     "$PYTHON" -m venv .venv
 fi
-.venv/bin/python -m pip install --quiet --disable-pip-version-check "torch==$TORCH_VERSION"
+# --no-cache-dir: a second copy of the wheels in pip's cache would only cost disk.
+.venv/bin/python -m pip install --quiet --disable-pip-version-check --no-cache-dir "torch==$TORCH_VERSION"
 site=$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 ln -sfn "$site" .venv/site
 got=$(.venv/bin/python -c 'import torch; print(torch.__version__.split("+")[0])')

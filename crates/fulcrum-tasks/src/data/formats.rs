@@ -172,6 +172,20 @@ fn kind(v: &Value) -> &'static str {
     }
 }
 
+/// The id a record gives itself, so that samples and reports join with the dataset and with
+/// other tools' outputs: `id`, `unique_id` (MATH-500), `problem_id`, `task_id`, or verl's
+/// `extra_info.index`, a non-empty string or an integer. None: the caller names the record by
+/// file and line instead.
+fn own_id(v: &Value) -> Option<String> {
+    ["/id", "/unique_id", "/problem_id", "/task_id", "/extra_info/index"]
+        .iter()
+        .find_map(|p| match v.pointer(p)? {
+            Value::String(s) if !s.trim().is_empty() => Some(s.trim().to_string()),
+            Value::Number(n) if n.is_u64() || n.is_i64() => Some(n.to_string()),
+            _ => None,
+        })
+}
+
 /// Converts one raw record.
 pub fn to_example(path: &Path, line: usize, v: &Value, format: Format) -> Result<Example> {
     let f = Fields { path, line, v };
@@ -180,11 +194,13 @@ pub fn to_example(path: &Path, line: usize, v: &Value, format: Format) -> Result
     } else {
         format
     };
-    let id = format!(
-        "{}:{line}",
-        path.file_name()
-            .map_or_else(String::new, |n| n.to_string_lossy().into_owned())
-    );
+    let id = own_id(v).unwrap_or_else(|| {
+        format!(
+            "{}:{line}",
+            path.file_name()
+                .map_or_else(String::new, |n| n.to_string_lossy().into_owned())
+        )
+    });
     let math = |prompt: String, answer: String| Example {
         id: id.clone(),
         prompt,
@@ -467,6 +483,27 @@ mod tests {
             .map(|e| e.to_string())
             .unwrap_or_default()
             .contains("tests/0"));
+        Ok(())
+    }
+
+    #[test]
+    fn records_keep_their_own_ids_and_fall_back_to_file_and_line() -> Result<()> {
+        let id = |v: Value| ex(v).map(|e| e.id);
+        assert_eq!(id(json!({"id": "mul-8-45", "prompt": "p", "answer": "1"}))?, "mul-8-45");
+        assert_eq!(
+            id(json!({"unique_id": "test/algebra/1.json", "problem": "p", "solution": "\\boxed{2}"}))?,
+            "test/algebra/1.json"
+        );
+        assert_eq!(
+            id(json!({"prompt": [{"role": "user", "content": "Q"}],
+                      "reward_model": {"ground_truth": "3"}, "extra_info": {"index": 12}}))?,
+            "12"
+        );
+        assert_eq!(id(json!({"task_id": 2, "prompt": "p", "test_list": ["assert 1"]}))?, "mbpp/2");
+        // Empty or non-scalar ids are not ids: the record is named by file and line.
+        assert_eq!(id(json!({"id": " ", "prompt": "p", "answer": "1"}))?, "f.jsonl:7");
+        assert_eq!(id(json!({"id": {"a": 1}, "prompt": "p", "answer": "1"}))?, "f.jsonl:7");
+        assert_eq!(id(json!({"prompt": "p", "answer": "1"}))?, "f.jsonl:7");
         Ok(())
     }
 
