@@ -19,7 +19,8 @@
 #!   stress  BOTH at 4x the learning rate with 4 mini-batches per step (off-policy, clipping acts),
 #!           token, seq, ba x 3 seeds, 60 steps
 #!   report  `fulcrum report` of each phase, and the pre-registered analysis
-#!           (scripts/study2_analysis.py) into runs/study2/analysis.json
+#!           (scripts/study2_analysis.py) into runs/study2/analysis.json, and the verdicts by the
+#!           pre-registered rules with their tables (scripts/study2_report.py) into runs/study2/report.md
 #! Every phase shares the cells' warm-ups (sft.seed is fixed): the first phase to need one trains
 #! it, the later ones copy it from runs/study2/pilot.
 set -euo pipefail
@@ -118,7 +119,8 @@ report() {
         [ -f "$d/summary.json" ] && $fulcrum report "$d" >/dev/null
     done
     python3 scripts/study2_analysis.py "$root" >"$root/analysis.json"
-    echo "study2: analysis in $root/analysis.json" >&2
+    python3 scripts/study2_report.py "$root/analysis.json" >"$root/report.md"
+    echo "study2: analysis in $root/analysis.json, verdicts and tables in $root/report.md" >&2
 }
 
 phase=${1:-all}

@@ -8,7 +8,8 @@ metrics.jsonl, eval.jsonl) and writes one JSON object: per-run measures, the man
 paired contrasts per cell (mean, 95% t interval, exact sign-flip permutation p), the pooled
 contrasts with Holm's correction, the mechanism tests (loop suppression, side-balance dose), the
 stress regime's collapse counts, the token - seq regression pooled with the first study
-(docs/study/first-study-points.json), and a verdict per claim by the pre-registered rules.
+(docs/study/first-study-points.json), and the primary tests' verdicts. The claim verdicts and
+the markdown tables come from scripts/study2_report.py, which reads this file's output.
 Standard library only (the study machine has no numpy), deterministic.
 """
 
