@@ -106,12 +106,7 @@ pub fn backward_micro_batches(
     let mut stats = MicroStats::default();
     for chunk in micro_batches(items, order, micro.max(1), share) {
         let mb: Vec<Item<'_>> = chunk.iter().map(|&i| items[i]).collect();
-        // One response gains nothing from a shared prompt.
-        let p = if share && mb.len() > 1 {
-            pack_shared(&mb, device)
-        } else {
-            pack(&mb, device)
-        };
+        let p = pack_micro_batch(&mb, share, device);
         if p.tokens == 0 {
             continue;
         }
@@ -168,10 +163,20 @@ pub fn backward_micro_batches(
     Ok(stats)
 }
 
+/// Packs one micro-batch of [`micro_batches`]: with `share`, the prompt once (a lone response
+/// gains nothing from that and is packed whole).
+pub(crate) fn pack_micro_batch(mb: &[Item<'_>], share: bool, device: tch::Device) -> Packed {
+    if share && mb.len() > 1 {
+        pack_shared(mb, device)
+    } else {
+        pack(mb, device)
+    }
+}
+
 /// The micro-batches of `order` (indices into `items`), at most `micro` responses each: sorted
 /// by total length so that rows pad little, or, with `share`, runs of responses to the same
 /// prompt (sorted by prompt, then length), so that each micro-batch forwards one prompt.
-fn micro_batches(
+pub(crate) fn micro_batches(
     items: &[Item<'_>],
     mut order: Vec<usize>,
     micro: usize,
@@ -203,7 +208,7 @@ fn micro_batches(
 
 /// The per-position log-probabilities of a packed micro-batch under `model` (the prompt once
 /// when the micro-batch shares it), and how to back-propagate through them.
-fn forward_logprobs<'a>(
+pub(crate) fn forward_logprobs<'a>(
     model: &'a Model,
     p: &Packed,
     temperature: f64,

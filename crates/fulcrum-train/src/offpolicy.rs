@@ -17,12 +17,12 @@
 //! UTF-8 character) is left out of `kl/engine` and has importance weight 1.
 
 use fulcrum_model::logprobs::EntropyGrad;
-use fulcrum_model::masked_logprobs::masked_sequence_logprobs_with;
 use fulcrum_model::Model;
 
+use crate::accumulate::{forward_logprobs, micro_batches, pack_micro_batch};
 use crate::config::Config;
 use crate::error::TrainError;
-use crate::packing::{pack, Item};
+use crate::packing::{response_values, Item};
 use crate::rollout::Rollout;
 
 /// What the engine check measured on a step's rollouts.
@@ -45,65 +45,45 @@ pub fn check_engine_rollouts(
     Ok(measure(rollouts, cfg.rollout.is_cap, expected_version))
 }
 
-/// The trainer's log-probabilities of every response, in micro-batches ordered by length.
+/// The trainer's log-probabilities of every response, in the micro-batches of the update
+/// (ordered by length, or with `ppo.share_prompt` one prompt forwarded once per micro-batch).
 pub fn recompute_old_logprobs(
     model: &Model,
     rollouts: &mut [Rollout],
     cfg: &Config,
 ) -> Result<(), TrainError> {
-    let mut order: Vec<usize> = (0..rollouts.len())
-        .filter(|&i| !rollouts[i].response_ids.is_empty())
-        .collect();
-    order.sort_by_key(|&i| {
-        (
-            rollouts[i].prompt_ids.len() + rollouts[i].response_ids.len(),
-            i,
-        )
-    });
-    for chunk in order.chunks(cfg.ppo.micro_batch_size.max(1)) {
-        let fresh: Vec<Vec<f32>> = {
-            let items: Vec<Item<'_>> = chunk
-                .iter()
-                .map(|&i| Item {
-                    rollout: &rollouts[i],
-                    advantage: 0.0,
-                    weight: 0.0,
-                    active: true,
-                    selected: None,
+    let share = cfg.ppo.share_prompt && !cfg.model.checkpoint_activations;
+    let fresh: Vec<(usize, Vec<f32>)> = {
+        let items: Vec<Item<'_>> = rollouts
+            .iter()
+            .map(|rollout| Item {
+                rollout,
+                advantage: 0.0,
+                weight: 0.0,
+                active: true,
+                selected: None,
+            })
+            .collect();
+        let order: Vec<usize> = (0..items.len())
+            .filter(|&i| !items[i].rollout.response_ids.is_empty())
+            .collect();
+        let mut fresh = Vec::with_capacity(order.len());
+        for chunk in micro_batches(&items, order, cfg.ppo.micro_batch_size.max(1), share) {
+            let mb: Vec<Item<'_>> = chunk.iter().map(|&i| items[i]).collect();
+            let p = pack_micro_batch(&mb, share, model.device());
+            let values = tch::no_grad(|| {
+                let (out, _head) =
+                    forward_logprobs(model, &p, cfg.rollout.temperature, EntropyGrad::No, cfg)?;
+                response_values(&p, &mb, &out.logprobs).map_err(|e| {
+                    TrainError::Run(format!("reading recomputed log-probabilities: {e}"))
                 })
-                .collect();
-            let p = pack(&items, model.device());
-            let (out, _head) = tch::no_grad(|| {
-                masked_sequence_logprobs_with(
-                    model.net(),
-                    &p.input_ids,
-                    &p.mask,
-                    cfg.rollout.temperature,
-                    EntropyGrad::No,
-                    cfg.memory(),
-                )
             })?;
-            let width = out.logprobs.size()[1] as usize;
-            let all = Vec::<f32>::try_from(
-                out.logprobs
-                    .detach()
-                    .to_device(tch::Device::Cpu)
-                    .to_kind(tch::Kind::Float)
-                    .flatten(0, -1),
-            )
-            .map_err(|e| TrainError::Run(format!("reading recomputed log-probabilities: {e}")))?;
-            items
-                .iter()
-                .enumerate()
-                .map(|(row, it)| {
-                    let start = row * width + it.rollout.prompt_ids.len() - 1;
-                    all[start..start + it.rollout.response_ids.len()].to_vec()
-                })
-                .collect()
-        };
-        for (&i, lp) in chunk.iter().zip(fresh) {
-            rollouts[i].old_logprobs = lp;
+            fresh.extend(chunk.into_iter().zip(values));
         }
+        fresh
+    };
+    for (i, lp) in fresh {
+        rollouts[i].old_logprobs = lp;
     }
     Ok(())
 }

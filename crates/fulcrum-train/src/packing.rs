@@ -82,6 +82,36 @@ pub fn pack_shared(items: &[Item<'_>], device: Device) -> Packed {
     p
 }
 
+/// The inverse of packing for one per-position tensor (`[B, T-1]`, or `[B, R]` when `p` shares
+/// its prompt) aligned with `p`: each item's values on its response tokens, in order.
+pub fn response_values(
+    p: &Packed,
+    items: &[Item<'_>],
+    values: &Tensor,
+) -> Result<Vec<Vec<f32>>, tch::TchError> {
+    let width = values.size().get(1).copied().unwrap_or(0) as usize;
+    let all = Vec::<f32>::try_from(
+        values
+            .detach()
+            .to_device(Device::Cpu)
+            .to_kind(tch::Kind::Float)
+            .flatten(0, -1),
+    )?;
+    Ok(items
+        .iter()
+        .enumerate()
+        .map(|(row, it)| {
+            // The position that scores response token 0 (see the module's layout note).
+            let first = match p.prompt {
+                Some(_) => 0,
+                None => it.rollout.prompt_ids.len() - 1,
+            };
+            let start = row * width + first;
+            all[start..start + it.rollout.response_ids.len()].to_vec()
+        })
+        .collect())
+}
+
 /// Where a micro-batch's rows start and how wide they are.
 #[derive(Debug, Clone, Copy)]
 enum Layout {

@@ -385,3 +385,46 @@ fn sharing_the_prompt_keeps_the_loss_and_the_gradient() {
         );
     }
 }
+
+#[test]
+fn recomputed_old_logprobs_are_the_models_own_with_or_without_a_shared_prompt() {
+    let p = policy();
+    let temperature = 0.7;
+    // The reference: each response forwarded alone with its prompt, by the plain forward.
+    let want: Vec<Vec<f32>> = rollouts()
+        .iter()
+        .map(|r| {
+            let ids: Vec<i64> = r
+                .prompt_ids
+                .iter()
+                .chain(&r.response_ids)
+                .copied()
+                .collect();
+            let ids = Tensor::from_slice(&ids).view([1, ids.len() as i64]);
+            let lp =
+                tch::no_grad(|| fulcrum_model::sequence_logprobs(p.model.net(), &ids, temperature))
+                    .unwrap()
+                    .logprobs;
+            let all = Vec::<f32>::try_from(lp.flatten(0, -1)).unwrap();
+            let first = r.prompt_ids.len() - 1;
+            all[first..first + r.response_ids.len()].to_vec()
+        })
+        .collect();
+    for (share, micro) in [(false, 3), (true, 3), (true, 4), (true, 1)] {
+        let mut cfg = Config::default();
+        cfg.ppo.share_prompt = share;
+        cfg.ppo.micro_batch_size = micro;
+        cfg.rollout.temperature = temperature;
+        let mut rs = rollouts();
+        fulcrum_train::offpolicy::recompute_old_logprobs(&p.model, &mut rs, &cfg).unwrap();
+        for (i, (r, w)) in rs.iter().zip(&want).enumerate() {
+            assert_eq!(r.old_logprobs.len(), w.len(), "share {share}, response {i}");
+            for (a, b) in r.old_logprobs.iter().zip(w) {
+                assert!(
+                    (a - b).abs() < 1e-4,
+                    "share {share}, micro {micro}, response {i}: {a} vs {b}"
+                );
+            }
+        }
+    }
+}

@@ -177,13 +177,19 @@ fn kind(v: &Value) -> &'static str {
 /// `extra_info.index`, a non-empty string or an integer. None: the caller names the record by
 /// file and line instead.
 fn own_id(v: &Value) -> Option<String> {
-    ["/id", "/unique_id", "/problem_id", "/task_id", "/extra_info/index"]
-        .iter()
-        .find_map(|p| match v.pointer(p)? {
-            Value::String(s) if !s.trim().is_empty() => Some(s.trim().to_string()),
-            Value::Number(n) if n.is_u64() || n.is_i64() => Some(n.to_string()),
-            _ => None,
-        })
+    [
+        "/id",
+        "/unique_id",
+        "/problem_id",
+        "/task_id",
+        "/extra_info/index",
+    ]
+    .iter()
+    .find_map(|p| match v.pointer(p)? {
+        Value::String(s) if !s.trim().is_empty() => Some(s.trim().to_string()),
+        Value::Number(n) if n.is_u64() || n.is_i64() => Some(n.to_string()),
+        _ => None,
+    })
 }
 
 /// Converts one raw record.
@@ -489,9 +495,14 @@ mod tests {
     #[test]
     fn records_keep_their_own_ids_and_fall_back_to_file_and_line() -> Result<()> {
         let id = |v: Value| ex(v).map(|e| e.id);
-        assert_eq!(id(json!({"id": "mul-8-45", "prompt": "p", "answer": "1"}))?, "mul-8-45");
         assert_eq!(
-            id(json!({"unique_id": "test/algebra/1.json", "problem": "p", "solution": "\\boxed{2}"}))?,
+            id(json!({"id": "mul-8-45", "prompt": "p", "answer": "1"}))?,
+            "mul-8-45"
+        );
+        assert_eq!(
+            id(
+                json!({"unique_id": "test/algebra/1.json", "problem": "p", "solution": "\\boxed{2}"})
+            )?,
             "test/algebra/1.json"
         );
         assert_eq!(
@@ -499,10 +510,19 @@ mod tests {
                       "reward_model": {"ground_truth": "3"}, "extra_info": {"index": 12}}))?,
             "12"
         );
-        assert_eq!(id(json!({"task_id": 2, "prompt": "p", "test_list": ["assert 1"]}))?, "mbpp/2");
+        assert_eq!(
+            id(json!({"task_id": 2, "prompt": "p", "test_list": ["assert 1"]}))?,
+            "mbpp/2"
+        );
         // Empty or non-scalar ids are not ids: the record is named by file and line.
-        assert_eq!(id(json!({"id": " ", "prompt": "p", "answer": "1"}))?, "f.jsonl:7");
-        assert_eq!(id(json!({"id": {"a": 1}, "prompt": "p", "answer": "1"}))?, "f.jsonl:7");
+        assert_eq!(
+            id(json!({"id": " ", "prompt": "p", "answer": "1"}))?,
+            "f.jsonl:7"
+        );
+        assert_eq!(
+            id(json!({"id": {"a": 1}, "prompt": "p", "answer": "1"}))?,
+            "f.jsonl:7"
+        );
         assert_eq!(id(json!({"prompt": "p", "answer": "1"}))?, "f.jsonl:7");
         Ok(())
     }
