@@ -232,6 +232,17 @@ pub fn list_steps(dir: &Path) -> Result<Vec<(u64, PathBuf)>, TrainError> {
     Ok(out)
 }
 
+/// Removes all but the newest `keep` (at least one) `step-N` checkpoints under `dir`. Called
+/// after a checkpoint is complete (renamed into place), so the newest is never at risk.
+pub fn prune_steps(dir: &Path, keep: u64) -> Result<(), TrainError> {
+    let steps = list_steps(dir)?;
+    let excess = steps.len().saturating_sub(keep.max(1) as usize);
+    for (_, path) in &steps[..excess] {
+        fs::remove_dir_all(path).map_err(TrainError::io(path))?;
+    }
+    Ok(())
+}
+
 /// Removes `.tmp-*` and `.old-*` leftovers of an interrupted write.
 pub fn clean_leftovers(dir: &Path) -> Result<(), TrainError> {
     if !dir.exists() {
@@ -427,6 +438,16 @@ mod tests {
         assert_eq!(steps, vec![2, 10, 30]);
         clean_leftovers(dir.path()).unwrap();
         assert!(!dir.path().join(".tmp-step-40-1").exists());
+        // Pruning keeps the newest by step number (10 after 2, not by name), never `final`,
+        // and at least one.
+        fs::create_dir(dir.path().join("final")).unwrap();
+        prune_steps(dir.path(), 2).unwrap();
+        let left =
+            |d: &Path| -> Vec<u64> { list_steps(d).unwrap().into_iter().map(|(s, _)| s).collect() };
+        assert_eq!(left(dir.path()), vec![10, 30]);
+        prune_steps(dir.path(), 0).unwrap();
+        assert_eq!(left(dir.path()), vec![30]);
+        assert!(dir.path().join("final").is_dir());
     }
 
     #[test]

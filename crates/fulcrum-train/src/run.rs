@@ -417,6 +417,9 @@ impl Run {
                 let meta = checkpoint_meta(step, &data, &engine);
                 checkpoint::save_policy(&dest, &policy, ranks, meta)?;
                 on(Event::Checkpoint { path: &dest });
+                if main && cfg.checkpoint_keep > 0 {
+                    checkpoint::prune_steps(&dir.join("checkpoints"), cfg.checkpoint_keep)?;
+                }
             }
             // A signal may reach the ranks at different steps: they stop together.
             let stop = ranks.sum(&[f64::from(u8::from(stop_requested()))])?[0] > 0.0;

@@ -75,8 +75,25 @@ fn same_config_and_seed_give_identical_metrics() {
     let dir = tempfile::tempdir().unwrap();
     let a = train(dir.path(), &["--run-dir", "runs/a"]);
     assert!(a.status.success(), "{}", err(&a));
-    let b = train(dir.path(), &["--run-dir", "runs/b"]);
+    // b keeps only its two newest step checkpoints, which changes nothing else.
+    let b = train(
+        dir.path(),
+        &["--run-dir", "runs/b", "--set", "checkpoint_keep=2"],
+    );
     assert!(b.status.success(), "{}", err(&b));
+    let kept = |r: &str| -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(dir.path().join(r).join("checkpoints"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    };
+    assert_eq!(
+        kept("runs/a"),
+        ["final", "step-1", "step-2", "step-3", "step-4"]
+    );
+    assert_eq!(kept("runs/b"), ["final", "step-3", "step-4"]);
     let (ma, mb) = (
         metrics(&dir.path().join("runs/a")),
         metrics(&dir.path().join("runs/b")),

@@ -62,6 +62,9 @@ pub struct Config {
     pub eval_every: u64,
     /// Write a checkpoint every this many steps (0: only the final one).
     pub checkpoint_every: u64,
+    /// Keep only the newest this many `step-N` checkpoints, removing older ones once a newer one
+    /// is complete (0: keep all; `final` is always kept). Resume needs only the newest.
+    pub checkpoint_keep: u64,
     /// Stop the run (an error naming the latest checkpoint) after this many steps in a row were
     /// skipped: non-finite logits while sampling, or a non-finite loss or gradient (0: never).
     pub max_consecutive_skips: u64,
@@ -346,6 +349,7 @@ impl Default for Config {
             advantage: Estimator::Grpo,
             eval_every: 10,
             checkpoint_every: 20,
+            checkpoint_keep: 0,
             max_consecutive_skips: 5,
             device: DeviceChoice::Cpu,
             threads: 0,
