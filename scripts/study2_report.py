@@ -19,7 +19,6 @@ from pathlib import Path
 
 CELLS = ("C0", "CV", "LOOP", "BOTH")
 RULES = ("token", "seq", "ba", "token-group")
-NON_INFERIORITY = -0.015  # A2: the lower 95% bound of ba - r must lie above -1.5 points
 A4_COST = 0.02  # A4: lambda in {1/3, 3} costs at least 2 points of AUC
 
 
@@ -32,7 +31,7 @@ def num(x, digits=3):
         return str(x)
     if not math.isfinite(x):
         return "—"
-    return f"{x:+.{digits}f}" if digits < 0 else f"{x:.{digits}f}"
+    return f"{x:.{digits}f}"
 
 
 def signed(x, digits=3):

@@ -101,15 +101,20 @@ pub fn response_values(
         .iter()
         .enumerate()
         .map(|(row, it)| {
-            // The position that scores response token 0 (see the module's layout note).
-            let first = match p.prompt {
-                Some(_) => 0,
-                None => it.rollout.prompt_ids.len() - 1,
-            };
-            let start = row * width + first;
+            let start = row * width + first_response_position(it.rollout, p.prompt.is_some());
             all[start..start + it.rollout.response_ids.len()].to_vec()
         })
         .collect())
+}
+
+/// The position that scores response token 0 (the module's layout note): `P - 1` in a full
+/// row, 0 when the prompt is shared and rows hold responses only.
+fn first_response_position(r: &Rollout, shared_prompt: bool) -> usize {
+    if shared_prompt {
+        0
+    } else {
+        r.prompt_ids.len() - 1
+    }
 }
 
 /// Where a micro-batch's rows start and how wide they are.
@@ -140,19 +145,19 @@ fn pack_layout(items: &[Item<'_>], device: Device, layout: Layout) -> Packed {
     for (row, it) in items.iter().enumerate() {
         let r = it.rollout;
         let seq = &mut ids[row * width..(row + 1) * width];
-        // `first`: the position that scores response token 0.
-        let first = match layout {
+        let shared_prompt = match layout {
             Layout::Full { .. } => {
                 let p = r.prompt_ids.len();
                 seq[..p].copy_from_slice(&r.prompt_ids);
                 seq[p..p + r.response_ids.len()].copy_from_slice(&r.response_ids);
-                p - 1
+                false
             }
             Layout::ResponsesOnly { .. } => {
                 seq[..r.response_ids.len()].copy_from_slice(&r.response_ids);
-                0
+                true
             }
         };
+        let first = first_response_position(r, shared_prompt);
         if !it.active {
             continue;
         }

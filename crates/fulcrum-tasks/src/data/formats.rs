@@ -298,7 +298,7 @@ pub fn to_example(path: &Path, line: usize, v: &Value, format: Format) -> Result
             math(f.text("question")?, answers.join(", "))
         }
         Format::HumanEval => Example {
-            id: f.text("task_id").unwrap_or(id),
+            id,
             prompt: f.text("prompt")?,
             answer: f.text("test")?,
             demonstration: f.optional_text("canonical_solution"),
