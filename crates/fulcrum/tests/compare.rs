@@ -176,6 +176,16 @@ fn compare_runs_the_grid_resumes_and_report_draws_it() {
             .count();
         assert_eq!(n, 2, "{name}: {pngs:?}");
     }
+    // Responses cut at 16 tokens: the truncated fraction is drawn for every task where something
+    // was cut (each rule's predicted share of its update on them only where a group was mixed,
+    // which two steps may not give).
+    let count = |suffix: &str| {
+        pngs.iter()
+            .filter(|p| p.to_string_lossy().ends_with(suffix))
+            .count()
+    };
+    assert!(count("-truncated.png") >= 1, "{pngs:?}");
+    assert!(count("-trunc-share.png") <= count("-truncated.png"));
     assert!(cmp.join("report/study-cv.png").exists());
     for p in &pngs {
         let bytes = std::fs::read(p).unwrap();

@@ -1,6 +1,8 @@
 //! The charts of one task: reward, held-out accuracy (and each rule's accuracy minus `ba`'s,
 //! paired by seed), response lengths by sign, the +/- gap, every rule's mass ratio, entropy,
-//! gradient norm and clip fraction, each rule as its runs' mean with a min-max band.
+//! gradient norm and clip fraction, and where anything was cut, the truncated fraction next to
+//! each rule's predicted share of its update on truncated responses. Each rule is drawn as its
+//! runs' mean with a min-max band.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -230,5 +232,31 @@ pub(super) fn task_charts(src: &Source, task: &str, out: &Path) -> Result<Vec<(S
         "fraction",
         per_rule(|m| Some(m.clip_frac)),
     )?;
+    // Truncation, where anything was cut: the measured fraction next to what the weights predict
+    // (the share of each rule's own update mass on truncated responses).
+    let truncates = src
+        .rules
+        .iter()
+        .flat_map(|rule| src.runs_of(task, rule))
+        .any(|r| r.steps.iter().any(|m| m.len_truncated_frac > 0.0));
+    if truncates {
+        chart(
+            "truncated",
+            format!("Responses cut at the length limit{band_note}"),
+            "fraction",
+            per_rule(|m| Some(m.len_truncated_frac)),
+        )?;
+        chart(
+            "trunc-share",
+            format!("Update mass on truncated responses{band_note}"),
+            "share of the rule's own update",
+            per_rule_of(&|rule, r| {
+                let rule: Option<Rule> = Arm::parse(rule).rule.parse().ok();
+                rule.map_or_else(Vec::new, |rule| {
+                    r.series(|m| m.rules.trunc_share.get(&rule).copied().flatten())
+                })
+            }),
+        )?;
+    }
     Ok(drawn)
 }
