@@ -133,6 +133,14 @@ pub(super) fn task_charts(src: &Source, task: &str, out: &Path) -> Result<Vec<(S
             .collect()
     };
     let per_rule = |value: Metric| per_rule_of(&|_, r| r.series(value));
+    // The same, of what `value` reads for each line's own rule (an arm of a loss grid,
+    // `rule+loss`, reads its rule's).
+    let per_own_rule = |value: fn(&StepMetrics, Rule) -> Option<f64>| {
+        per_rule_of(&|name, r| {
+            let rule: Option<Rule> = Arm::parse(name).rule.parse().ok();
+            rule.map_or_else(Vec::new, |rule| r.series(|m| value(m, rule)))
+        })
+    };
     chart(
         "reward",
         format!("Mean reward per step{band_note}"),
@@ -186,11 +194,7 @@ pub(super) fn task_charts(src: &Source, task: &str, out: &Path) -> Result<Vec<(S
         per_rule(|m| m.len_gap),
     )?;
     let mass: Vec<Series> = if src.is_compare {
-        per_rule_of(&|rule, r| {
-            // An arm of a loss grid (`rule+loss`) is drawn with its rule's masses.
-            let rule: Option<Rule> = Arm::parse(rule).rule.parse().ok();
-            rule.map_or_else(Vec::new, |rule| r.series(|m| m.mass(rule).mass_ratio))
-        })
+        per_own_rule(|m, rule| m.mass(rule).mass_ratio)
     } else {
         // One run: what every rule would have done with its batches.
         Rule::ALL
@@ -250,12 +254,7 @@ pub(super) fn task_charts(src: &Source, task: &str, out: &Path) -> Result<Vec<(S
             "trunc-share",
             format!("Update mass on truncated responses{band_note}"),
             "share of the rule's own update",
-            per_rule_of(&|rule, r| {
-                let rule: Option<Rule> = Arm::parse(rule).rule.parse().ok();
-                rule.map_or_else(Vec::new, |rule| {
-                    r.series(|m| m.rules.trunc_share.get(&rule).copied().flatten())
-                })
-            }),
+            per_own_rule(|m, rule| m.rules.trunc_share.get(&rule).copied().flatten()),
         )?;
     }
     Ok(drawn)
