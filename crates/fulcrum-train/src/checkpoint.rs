@@ -243,6 +243,25 @@ pub fn prune_steps(dir: &Path, keep: u64) -> Result<(), TrainError> {
     Ok(())
 }
 
+/// Saves the policy as the checkpoint `checkpoints/step-{step}` (see [`save_policy`]), then,
+/// with `keep > 0`, removes all but the newest `keep` step checkpoints: scheduled and interrupt
+/// checkpoints alike. Returns the checkpoint's path.
+pub fn save_step(
+    checkpoints: &Path,
+    step: u64,
+    policy: &Policy,
+    ranks: &mut Ranks,
+    meta: serde_json::Value,
+    keep: u64,
+) -> Result<PathBuf, TrainError> {
+    let dest = checkpoints.join(format!("step-{step}"));
+    save_policy(&dest, policy, ranks, meta)?;
+    if keep > 0 && ranks.is_main() {
+        prune_steps(checkpoints, keep)?;
+    }
+    Ok(dest)
+}
+
 /// Removes `.tmp-*` and `.old-*` leftovers of an interrupted write.
 pub fn clean_leftovers(dir: &Path) -> Result<(), TrainError> {
     if !dir.exists() {

@@ -412,26 +412,25 @@ impl Run {
             }
             let checkpoint_due =
                 (cfg.checkpoint_every > 0 && step % cfg.checkpoint_every == 0) || step == cfg.steps;
-            if checkpoint_due {
-                let dest = dir.join("checkpoints").join(format!("step-{step}"));
-                let meta = checkpoint_meta(step, &data, &engine);
-                checkpoint::save_policy(&dest, &policy, ranks, meta)?;
-                on(Event::Checkpoint { path: &dest });
-                if main && cfg.checkpoint_keep > 0 {
-                    checkpoint::prune_steps(&dir.join("checkpoints"), cfg.checkpoint_keep)?;
-                }
-            }
             // A signal may reach the ranks at different steps: they stop together.
             let stop = ranks.sum(&[f64::from(u8::from(stop_requested()))])?[0] > 0.0;
-            if stop && step < cfg.steps {
-                let dest = dir.join("checkpoints").join(format!("step-{step}"));
-                // Decided from the schedule, not from the disk: only rank 0 writes, and every
-                // rank must take part in saving a sharded optimizer.
-                if !checkpoint_due {
-                    let meta = checkpoint_meta(step, &data, &engine);
-                    checkpoint::save_policy(&dest, &policy, ranks, meta)?;
-                    on(Event::Checkpoint { path: &dest });
-                }
+            let interrupted = stop && step < cfg.steps;
+            // Decided from the schedule and the signal, not from the disk: only rank 0 writes,
+            // and every rank must take part in saving a sharded optimizer.
+            if !(checkpoint_due || interrupted) {
+                continue;
+            }
+            let meta = checkpoint_meta(step, &data, &engine);
+            let dest = checkpoint::save_step(
+                &dir.join("checkpoints"),
+                step,
+                &policy,
+                ranks,
+                meta,
+                cfg.checkpoint_keep,
+            )?;
+            on(Event::Checkpoint { path: &dest });
+            if interrupted {
                 return Err(TrainError::Interrupted {
                     phase: "GRPO",
                     step,
