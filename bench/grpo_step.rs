@@ -134,7 +134,7 @@ fn main() -> Result<()> {
     if !Path::new(model_dir).join("model.safetensors").exists() {
         bail!("{model_dir} is not the bench model folder (run bench/trl_grpo_step.py --build)");
     }
-    let opt = new_optimizer(&cfg, &model).into();
+    let opt = new_optimizer(&cfg.optim, &model).into();
     let mut ranks = fulcrum_train::ranks::Ranks::single();
     let mut policy = Policy {
         model,

@@ -10,7 +10,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup-libtorch.sh
-cargo build --quiet -p fulcrum
+cargo build --quiet --release -p fulcrum
 
 VENV=python/.venv-test
 STAMP=$VENV/.fulcrum-ba-deps-1
@@ -30,5 +30,5 @@ fi
 # which the extension does not use) for the wheel's build only.
 RUSTFLAGS="" "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --force-reinstall --no-deps ./python
 # Offline: the tests build their model locally and must never reach for a hub.
-HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 FULCRUM_BA_STRICT=1 FULCRUM_BIN="${CARGO_TARGET_DIR:-$PWD/target}/debug/fulcrum" \
+HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 FULCRUM_BA_STRICT=1 FULCRUM_BIN="${CARGO_TARGET_DIR:-$PWD/target}/release/fulcrum" \
     "$VENV/bin/python" -m pytest python/tests -q -p no:cacheprovider -W ignore::FutureWarning "$@"

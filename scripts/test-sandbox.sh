@@ -11,7 +11,7 @@
 #! cannot run fails the script; FULCRUM_SANDBOX_MODES="..." runs fewer.
 #!   scripts/test-sandbox.sh [--table FILE]   FILE: the measured program x mode table (markdown)
 #! SANDBOX_TEST_SCOPE (default `-p fulcrum-tasks`) is passed to cargo; .ci/run passes
-#! `--workspace` to reuse the workspace's test build.
+#! `--workspace` to reuse the workspace's test build (both --release, as scripts/test.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 table=""
@@ -27,7 +27,7 @@ trap 'rm -rf "$report" "$nobody_home"' EXIT
 suites=(--test sandbox_hostile --test sandbox_escape)
 # shellcheck disable=SC2086
 # sandbox_hostile first (sort -r), then sandbox_escape: the table's row order.
-binaries=$(cargo test $scope "${suites[@]}" --no-run 2>&1 | sed -n 's/.*Executable .*(\(.*\))$/\1/p' | sort -r)
+binaries=$(cargo test --release $scope "${suites[@]}" --no-run 2>&1 | sed -n 's/.*Executable .*(\(.*\))$/\1/p' | sort -r)
 [[ -n $binaries ]] || { echo "test-sandbox: no test binaries built" >&2; exit 1; }
 for mode in $modes; do
     echo "== hostile programs, sandbox mode $mode"

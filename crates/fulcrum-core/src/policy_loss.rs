@@ -90,11 +90,17 @@ impl PolicyLoss {
     }
 }
 
-/// Every loss's own settings (the `ppo.*` keys of the same names).
-#[derive(Debug, Clone, Copy, PartialEq)]
+/// Every loss's own settings: the `ppo.*` keys of the same names, defined (and defaulted) here
+/// only; the trainer's config reads them into this struct.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields, default)]
 pub struct LossParams {
-    /// PPO's clip (`ppo`, and the ordinary clip of `clip-cov`, which has no dual clip).
-    pub clip: ClipParams,
+    /// PPO's clip (`ppo`, and the ordinary clip of `clip-cov`, which has no dual clip): the
+    /// ratio is clipped to `[1 - eps_low, 1 + eps_high]` (DAPO's clip-higher: `eps_high` 0.28),
+    /// and a negative-advantage token's loss is capped at `-A dual_clip_c` (`c > 1`).
+    pub eps_low: f64,
+    pub eps_high: f64,
+    pub dual_clip_c: f64,
     /// GSPO's clip of the sequence ratio: `[1 - gspo_eps_low, 1 + gspo_eps_high]` (paper:
     /// 3e-4 and 4e-4; sequence ratios stay much closer to 1 than token ratios).
     pub gspo_eps_low: f64,
@@ -125,7 +131,9 @@ pub struct LossParams {
 impl Default for LossParams {
     fn default() -> Self {
         LossParams {
-            clip: ClipParams::default(),
+            eps_low: 0.2,
+            eps_high: 0.28,
+            dual_clip_c: 3.0,
             gspo_eps_low: 3e-4,
             gspo_eps_high: 4e-4,
             cispo_eps_low: 1.0,
@@ -144,6 +152,15 @@ impl Default for LossParams {
 }
 
 impl LossParams {
+    /// PPO's clip settings.
+    pub fn clip(&self) -> ClipParams {
+        ClipParams {
+            eps_low: self.eps_low,
+            eps_high: self.eps_high,
+            dual_clip_c: self.dual_clip_c,
+        }
+    }
+
     /// Checks the settings `loss` reads (the others are not its business).
     pub fn validate(&self, loss: PolicyLoss) -> Result<(), CoreError> {
         let bad = |name, why: String| Err(CoreError::InvalidParam { name, why });
@@ -162,7 +179,7 @@ impl LossParams {
             }
         };
         match loss {
-            PolicyLoss::Ppo => self.clip.validate(),
+            PolicyLoss::Ppo => self.clip().validate(),
             PolicyLoss::Gspo => {
                 nonneg("gspo_eps_high", self.gspo_eps_high)?;
                 match self.gspo_eps_low {
@@ -193,7 +210,7 @@ impl LossParams {
                 nonneg("gmpo_clip_high", self.gmpo_clip_high)
             }
             PolicyLoss::ClipCov => {
-                self.clip.validate()?;
+                self.clip().validate()?;
                 frac("clip_cov_frac", self.clip_cov_frac)?;
                 // NaN bounds fail too.
                 if self.clip_cov_lb.partial_cmp(&self.clip_cov_ub) != Some(std::cmp::Ordering::Less)
@@ -247,7 +264,7 @@ pub fn response_terms(
     }
     let tokens = logp_new.iter().zip(logp_old);
     Ok(match loss {
-        PolicyLoss::Ppo => tokens.map(|(&n, &o)| ppo(n, o, adv, &p.clip)).collect(),
+        PolicyLoss::Ppo => tokens.map(|(&n, &o)| ppo(n, o, adv, &p.clip())).collect(),
         PolicyLoss::Gspo => gspo(logp_new, logp_old, adv, p),
         PolicyLoss::Cispo => tokens.map(|(&n, &o)| cispo(n, o, adv, p)).collect(),
         PolicyLoss::Sapo => tokens.map(|(&n, &o)| sapo(n, o, adv, p)).collect(),
@@ -394,7 +411,7 @@ fn gmpo(new: &[f64], old: &[f64], adv: f64, p: &LossParams) -> Vec<TokenTerm> {
 fn clip_cov(new: f64, old: f64, adv: f64, selected: bool, p: &LossParams) -> TokenTerm {
     let clip = ClipParams {
         dual_clip_c: f64::INFINITY,
-        ..p.clip
+        ..p.clip()
     };
     let t = token_loss(new, old, adv, &clip);
     let keep = if selected { 0.0 } else { 1.0 };
@@ -498,7 +515,7 @@ mod tests {
         let p = LossParams::default();
         let terms = response_terms(PolicyLoss::Ppo, &NEW, &OLD, 0.5, &[], &p).unwrap();
         for (t, term) in terms.iter().enumerate() {
-            assert_eq!(term.loss, token_loss(NEW[t], OLD[t], 0.5, &p.clip).loss);
+            assert_eq!(term.loss, token_loss(NEW[t], OLD[t], 0.5, &p.clip()).loss);
         }
         // On-policy (r = 1) every loss has PPO's gradient -A; every value is -A but CISPO's
         // (REINFORCE form, -A logp) and SAPO's (the gate's -2A/tau).

@@ -22,12 +22,9 @@ pub struct ClipParams {
 }
 
 impl Default for ClipParams {
+    /// The policy loss's defaults (`LossParams`, where every setting is defaulted once).
     fn default() -> Self {
-        Self {
-            eps_low: 0.2,
-            eps_high: 0.2,
-            dual_clip_c: 3.0,
-        }
+        crate::LossParams::default().clip()
     }
 }
 

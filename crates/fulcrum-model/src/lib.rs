@@ -20,26 +20,26 @@
 //!
 //! Random streams come from `fulcrum_core::SplitMix64`; libtorch's own generator only draws
 //! initial weights, under a process-wide lock.
-pub mod chat_template;
-pub mod checkpoint;
-pub mod config;
-pub mod error;
-pub mod kv_cache;
-pub mod linear;
-pub mod load;
+mod chat_template;
+mod checkpoint;
+mod config;
+mod error;
+mod kv_cache;
+mod linear;
+mod load;
 pub mod logprobs;
 pub mod lora;
 pub mod masked_logprobs;
-pub mod model;
+mod model;
 pub mod optim;
-pub mod runtime;
+mod runtime;
 pub mod sampler;
 pub mod save_gguf;
 pub mod shared_prompt;
-pub mod spec;
-pub mod tokenizer;
+mod spec;
+mod tokenizer;
 mod torch_seed;
-pub mod transformer;
+mod transformer;
 
 pub use chat_template::{ChatTemplate, Message};
 pub use config::{Arch, ModelConfig};
@@ -57,6 +57,8 @@ pub use checkpoint::{
     load_model, load_optimizer, read_named, save_checkpoint_files, save_model_and_optimizer,
     MASTER_FILE, OPTIMIZER_FILE,
 };
-pub use optim::{clip_grad_norm, grad_norm, grads_are_finite, AdamW, AdamWConfig, LrSchedule};
+pub use optim::{
+    clip_grad_norm, grad_norm, grads_are_finite, AdamW, AdamWConfig, LrSchedule, Update,
+};
 /// libtorch bindings, re-exported so that dependants use the same `tch` (devices, kinds, tensors).
 pub use tch;

@@ -324,6 +324,43 @@ pub fn grads_are_finite(vs: &VarStore) -> bool {
     grad_norm(vs).is_finite()
 }
 
+/// What happened to one optimizer step.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Update {
+    /// Gradients were finite: clipped and applied.
+    Applied { grad_norm: f64 },
+    /// The loss or a gradient was not finite: nothing was changed.
+    Skipped,
+}
+
+/// The trainable variables of `vs`, sorted by name (the same order in every process of a
+/// data-parallel job).
+pub fn trainable_by_name(vs: &VarStore) -> Vec<(String, Tensor)> {
+    let mut v: Vec<(String, Tensor)> = vs
+        .variables()
+        .into_iter()
+        .filter(|(_, p)| p.requires_grad())
+        .collect();
+    v.sort_by(|a, b| a.0.cmp(&b.0));
+    v
+}
+
+/// The gradients of `params`, every one defined (a parameter the backward did not reach gets
+/// a zero gradient, from one backward of zero through those parameters only; summing before
+/// scaling keeps it free of parameter-sized temporaries), so that every process of a job
+/// reduces the same tensors.
+pub fn defined_grads(params: &[(String, Tensor)]) -> Vec<Tensor> {
+    let zero: Vec<Tensor> = params
+        .iter()
+        .filter(|(_, p)| !p.grad().defined())
+        .map(|(_, p)| p.sum(Kind::Float) * 0.0)
+        .collect();
+    if !zero.is_empty() {
+        Tensor::stack(&zero, 0).sum(Kind::Float).backward();
+    }
+    params.iter().map(|(_, p)| p.grad()).collect()
+}
+
 /// Learning rate as a function of the step (0-based).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum LrSchedule {

@@ -8,19 +8,19 @@
 //! engine's log-probabilities only measure engine/trainer mismatch and feed the importance
 //! correction; the trainer recomputes the old log-probabilities itself.
 //!
-//! - [`request`]: what is asked and what comes back, engine-neutral.
+//! - `request.rs`: what is asked and what comes back, engine-neutral.
 //! - [`engines`]: one module per engine: its request builder, its response parser (both pure,
 //!   tested on recorded responses) and its weight reload.
-//! - [`pool`]: several engines at once, retries, dropping engines that stay down.
-//! - [`http`]: the blocking HTTP client with timeouts that every engine uses.
+//! - `pool.rs`: several engines at once, retries, dropping engines that stay down.
+//! - `http.rs`: the blocking HTTP client with timeouts that every engine uses.
 //!
 //! Nothing here blocks without a limit: every request has a connect and a total timeout.
 
 pub mod engines;
-pub mod error;
-pub mod http;
-pub mod pool;
-pub mod request;
+mod error;
+mod http;
+mod pool;
+mod request;
 
 pub use engines::{connect, EngineClient, EngineKind};
 pub use error::EngineError;

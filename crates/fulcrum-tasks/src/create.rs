@@ -10,9 +10,10 @@ use serde::{Deserialize, Serialize};
 use crate::data::registry::{Benchmark, BenchmarkTask, BENCHMARK_NAMES};
 use crate::error::{Result, TaskError};
 use crate::jsonl_task::JsonlTask;
+use crate::sandbox::{sandbox_in_use, set_sandbox_choice, SandboxChoice, SandboxMode};
 use crate::synthetic::{Family, Knobs, Shape, SyntheticTask, VerboseLevels, DEFAULT_LOOP_LENGTH};
-use crate::task::Task;
-use crate::verify::RewardMode;
+use crate::task::{Split, Task};
+use crate::verify::{RewardMode, Verifier};
 
 /// The names [`create_task`] knows, besides the benchmark names of [`crate::data::registry`].
 pub const TASK_NAMES: [&str; 5] = ["arithmetic", "countdown", "lists", "steps", "jsonl"];
@@ -288,6 +289,30 @@ fn jsonl_task(path: &Path, cfg: &TaskConfig) -> Result<JsonlTask> {
         Some(t) => task.with_template(t),
         None => task,
     })
+}
+
+/// The sandbox of a run over `tasks` (the factory knows which tasks score code; the sandbox
+/// knows nothing of tasks): makes `choice` this process's sandbox and, when a task scores code
+/// (judged by a sample of its examples of either split), resolves it now, so that the mode is
+/// printed at the start and a refusal stops the run before its first step. Returns the mode in
+/// use (to record in the run's config), or `None` when no task scores code.
+pub fn sandbox_for_tasks(
+    choice: SandboxChoice,
+    tasks: &[&dyn Task],
+    seed: u64,
+) -> Result<Option<SandboxMode>> {
+    set_sandbox_choice(choice)?;
+    let mut needs_code = false;
+    for task in tasks {
+        for split in [Split::Train, Split::Test] {
+            let examples = task.examples(split, seed, 32)?;
+            needs_code |= examples.iter().any(|e| e.verifier == Verifier::Code);
+        }
+    }
+    if !needs_code {
+        return Ok(None);
+    }
+    Ok(Some(sandbox_in_use()?.mode))
 }
 
 #[cfg(test)]

@@ -41,11 +41,11 @@ pub enum TaskError {
 
     // --- sandbox ---
     /// The sandbox itself could not start (not a failure of the program inside it).
-    #[error("sandbox: {0}")]
-    Sandbox(String),
+    #[error(transparent)]
+    Sandbox(#[from] crate::sandbox::StartError),
     /// No sandbox that contains programs works here, or the one asked for does not.
     #[error(transparent)]
-    SandboxChoice(#[from] crate::code::SandboxError),
+    SandboxChoice(#[from] crate::sandbox::SandboxError),
 }
 
 /// Result alias for this crate.

@@ -13,8 +13,11 @@
 //! - [`Verifier`], [`RewardMode`], [`score_response`] and the batch scorer [`score_requests`]
 //!   (`verify/`): the verifiers (`math`, `exact`, `code`) behind one function;
 //! - [`math`]: the math answer checker (extraction, normalisation, equivalence);
-//! - [`code`]: Python code extraction and the sandboxed runner (bubblewrap, or the built-in
-//!   `namespaces` / `landlock` modes; `docs/code-sandbox.md` says what each guarantees);
+//! - [`code`]: Python code extraction, the test harness and the runner that scores programs
+//!   in the sandbox; [`sandbox_for_tasks`] (`create.rs`) chooses the sandbox of a run;
+//! - [`sandbox`]: running one untrusted program (bubblewrap, or the built-in `namespaces` /
+//!   `landlock` modes; `docs/code-sandbox.md` says what each guarantees), knowing nothing of
+//!   tasks;
 //! - [`data`]: dataset readers (JSONL, JSONL.gz, JSON arrays, parquet), record formats,
 //!   deduplication, the benchmark registry;
 //! - [`TaskError`] (`error.rs`): the one error type, naming file, line and field.
@@ -31,6 +34,7 @@
 pub mod code;
 pub mod data;
 pub mod math;
+pub mod sandbox;
 
 mod create;
 mod error;
@@ -40,9 +44,12 @@ mod task;
 mod verify;
 mod vocab;
 
-pub use create::{create_task, expand_data_file, is_data_file, TaskConfig, TASK_NAMES};
+pub use create::{
+    create_task, expand_data_file, is_data_file, sandbox_for_tasks, TaskConfig, TASK_NAMES,
+};
 pub use error::{Result, TaskError};
 pub use jsonl_task::JsonlTask;
+pub use sandbox::SandboxChoice;
 pub use synthetic::{Family, SyntheticTask, VerboseLevels};
 pub use task::{Example, Split, Task};
 pub use verify::{

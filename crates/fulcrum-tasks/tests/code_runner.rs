@@ -2,7 +2,8 @@
 
 use std::time::Duration;
 
-use fulcrum_tasks::code::{CodeRunner, SandboxConfig, TestSpec};
+use fulcrum_tasks::code::{CodeRunner, TestSpec};
+use fulcrum_tasks::sandbox::SandboxConfig;
 use fulcrum_tasks::{create_task, Split, TaskConfig};
 
 /// This process's sandbox (`FULCRUM_SANDBOX`, else `auto`) with a longer wall clock.

@@ -152,7 +152,7 @@ fn dapo_math_17k_dedupes_to_its_documented_counts() -> Result<(), String> {
 /// numbers below 10,000) need several CPU seconds, more on a loaded 2-core machine.
 fn runner() -> CodeRunner {
     let detected = CodeRunner::detect();
-    let config = fulcrum_tasks::code::SandboxConfig {
+    let config = fulcrum_tasks::sandbox::SandboxConfig {
         cpu_seconds: 30,
         wall: std::time::Duration::from_secs(60),
         ..detected.config().clone()

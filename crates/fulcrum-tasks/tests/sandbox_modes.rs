@@ -6,9 +6,9 @@
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 
-use fulcrum_tasks::code::{
-    probe, run_python, set_sandbox_choice, CodeRunner, SandboxChoice, SandboxConfig, SandboxError,
-    SandboxMode, TestSpec,
+use fulcrum_tasks::code::{CodeRunner, TestSpec};
+use fulcrum_tasks::sandbox::{
+    probe, run_python, set_sandbox_choice, SandboxChoice, SandboxConfig, SandboxError, SandboxMode,
 };
 
 /// A temporary directory of this test process, removed on drop.
@@ -338,7 +338,7 @@ fn without_namespaces_and_landlock_code_rewards_are_refused() {
 
 #[test]
 fn a_run_resolves_the_sandbox_only_when_its_tasks_score_code() {
-    use fulcrum_tasks::code::sandbox_for_tasks;
+    use fulcrum_tasks::sandbox_for_tasks;
     use fulcrum_tasks::{create_task, TaskConfig, TaskError};
 
     let dir = Scratch::new("tasks");

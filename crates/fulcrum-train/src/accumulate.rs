@@ -15,7 +15,7 @@ use fulcrum_model::shared_prompt::shared_prompt_logprobs;
 use fulcrum_model::{sequence_logprobs, Model};
 use tch::{Kind, Tensor};
 
-use crate::config::Config;
+use crate::config::{ForwardSettings, PpoConfig};
 use crate::error::TrainError;
 use crate::loss::{kl_estimate, policy_token_loss};
 use crate::packing::{pack, pack_shared, Item, Packed};
@@ -82,42 +82,41 @@ impl MicroStats {
     }
 }
 
-/// Runs forward and backward over `items` in micro-batches of `micro` responses, accumulating
-/// the gradients of `model` (`reference`: the frozen model of the KL term, when on).
+/// Runs forward and backward over `items` in micro-batches of `fwd.micro_batch_size`
+/// responses, accumulating the gradients of `model` under the loss and regularisers of `ppo`
+/// (`reference`: the frozen model of the KL term, when on).
 pub fn backward_micro_batches(
     model: &Model,
     reference: Option<&Model>,
     items: &[Item<'_>],
     reg_weight: f64,
-    cfg: &Config,
-    micro: usize,
+    fwd: &ForwardSettings,
+    ppo: &PpoConfig,
 ) -> Result<MicroStats, TrainError> {
     // A zero-weight response contributes nothing to the gradient unless a regulariser (which
     // averages over every response token) is on.
-    let regularised = cfg.ppo.entropy_coef > 0.0 || (cfg.ppo.kl_coef > 0.0 && reference.is_some());
-    let skip_zero = cfg.ppo.skip_zero_weight && !regularised;
-    let share = cfg.ppo.share_prompt && !cfg.model.checkpoint_activations;
+    let regularised = ppo.entropy_coef > 0.0 || (ppo.kl_coef > 0.0 && reference.is_some());
+    let skip_zero = ppo.skip_zero_weight && !regularised;
     let order: Vec<usize> = (0..items.len())
         .filter(|&i| items[i].active && !(skip_zero && items[i].weight == 0.0))
         .collect();
     let device = model.device();
-    let loss_params = cfg.loss_params();
-    let temperature = cfg.rollout.temperature;
+    let share = fwd.share_prompt;
     let mut stats = MicroStats::default();
-    for chunk in micro_batches(items, order, micro.max(1), share) {
+    for chunk in micro_batches(items, order, fwd.micro_batch_size.max(1), share) {
         let mb: Vec<Item<'_>> = chunk.iter().map(|&i| items[i]).collect();
         let p = pack_micro_batch(&mb, share, device);
         if p.tokens == 0 {
             continue;
         }
-        let entropy_grad = if cfg.ppo.entropy_coef > 0.0 {
+        let entropy_grad = if ppo.entropy_coef > 0.0 {
             EntropyGrad::Yes
         } else {
             EntropyGrad::No
         };
         // Only response positions go through the LM head, in bounded chunks.
-        let (out, head) = forward_logprobs(model, &p, temperature, entropy_grad, cfg)?;
-        let (token_loss, counts) = policy_token_loss(cfg.ppo.loss, &out.logprobs, &p, &loss_params);
+        let (out, head) = forward_logprobs(model, &p, entropy_grad, fwd)?;
+        let (token_loss, counts) = policy_token_loss(ppo.loss, &out.logprobs, &p, &ppo.params);
         // Truncated importance weights (engine rollouts with `rollout.is_cap`) scale each
         // token's loss; they are constants, like the aggregation weights.
         let token_loss = match &p.is_weights {
@@ -129,21 +128,21 @@ pub fn backward_micro_batches(
         // Terms are collected and summed out of place: an in-place update of a tensor that
         // shares storage with `policy_loss` would corrupt both the value and the graph.
         let mut terms = vec![policy_loss.shallow_clone()];
-        if cfg.ppo.entropy_coef > 0.0 {
-            terms.push((&out.entropy * &reg).sum(Kind::Float) * -cfg.ppo.entropy_coef);
+        if ppo.entropy_coef > 0.0 {
+            terms.push((&out.entropy * &reg).sum(Kind::Float) * -ppo.entropy_coef);
         }
         let mut kl_ref_sum = 0.0;
-        if let (Some(reference), true) = (reference, cfg.ppo.kl_coef > 0.0) {
+        if let (Some(reference), true) = (reference, ppo.kl_coef > 0.0) {
             let ref_lp = tch::no_grad(|| match &p.prompt {
-                Some(_) => forward_logprobs(reference, &p, temperature, EntropyGrad::No, cfg)
+                Some(_) => forward_logprobs(reference, &p, EntropyGrad::No, fwd)
                     .map(|(out, _)| out.logprobs),
-                None => sequence_logprobs(reference.net(), &p.input_ids, temperature)
+                None => sequence_logprobs(reference.net(), &p.input_ids, fwd.temperature)
                     .map(|out| out.logprobs)
                     .map_err(TrainError::from),
             })?;
-            let kl = kl_estimate(&out.logprobs, &ref_lp, cfg.ppo.kl_estimator);
+            let kl = kl_estimate(&out.logprobs, &ref_lp, ppo.kl_estimator);
             kl_ref_sum = tch::no_grad(|| (&kl * &p.mask).sum(Kind::Float).double_value(&[]));
-            terms.push((&kl * &reg).sum(Kind::Float) * cfg.ppo.kl_coef);
+            terms.push((&kl * &reg).sum(Kind::Float) * ppo.kl_coef);
         }
         let total = Tensor::stack(&terms, 0).sum(Kind::Float);
         head.backward(&total)?;
@@ -211,10 +210,10 @@ pub(crate) fn micro_batches(
 pub(crate) fn forward_logprobs<'a>(
     model: &'a Model,
     p: &Packed,
-    temperature: f64,
     entropy_grad: EntropyGrad,
-    cfg: &Config,
+    fwd: &ForwardSettings,
 ) -> Result<(TokenLogprobs, HeadBackward<'a>), TrainError> {
+    let temperature = fwd.temperature;
     let net = model.net();
     Ok(match &p.prompt {
         Some(prompt) => shared_prompt_logprobs(
@@ -224,7 +223,7 @@ pub(crate) fn forward_logprobs<'a>(
             &p.mask,
             temperature,
             entropy_grad,
-            cfg.memory(),
+            fwd.memory,
         )?,
         None => masked_sequence_logprobs_with(
             net,
@@ -232,7 +231,7 @@ pub(crate) fn forward_logprobs<'a>(
             &p.mask,
             temperature,
             entropy_grad,
-            cfg.memory(),
+            fwd.memory,
         )?,
     })
 }

@@ -336,7 +336,13 @@ pub fn load_policy(
     ranks: &Ranks,
 ) -> Result<(Model, Optimizer), TrainError> {
     let mut model = fulcrum_model::load_model(dir, device)?;
-    let mut opt = rl_optimizer(cfg, &mut model, ranks);
+    let mut opt = rl_optimizer(
+        &cfg.optim,
+        cfg.model.dtype,
+        cfg.dist.zero1,
+        &mut model,
+        ranks,
+    );
     let path = dir.join(POLICY_META);
     let text = fs::read_to_string(&path).map_err(TrainError::io(&path))?;
     let record: serde_json::Value =

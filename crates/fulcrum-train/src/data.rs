@@ -45,10 +45,10 @@ impl DataStream {
                 self.current =
                     task.examples(Split::Train, mix(self.seed, self.pos.chunk), CHUNK)?;
                 if self.current.is_empty() {
-                    return Err(TrainError::Run(format!(
-                        "task {} has no training examples",
-                        task.name()
-                    )));
+                    return Err(TrainError::NoExamples {
+                        task: task.name().to_string(),
+                        split: "training",
+                    });
                 }
             }
             out.push(self.current[self.pos.offset].clone());

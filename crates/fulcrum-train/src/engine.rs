@@ -1,5 +1,7 @@
 //! Where rollouts are sampled: the trainer's own KV-cache sampler, or inference-engine
-//! servers (`fulcrum-rollout`) kept on the policy's weights by a push before every step.
+//! servers (`fulcrum-rollout`) kept on the policy's weights by a push before every step. Every
+//! difference between the two lives here ([`RolloutEngine`]): sampling, sampling ahead, the
+//! weight push, and the check of engine rollouts before the update (`offpolicy.rs`).
 //!
 //! Weight versions: version `v` is the policy after `v` GRPO steps, so step `s` (1-based)
 //! samples from version `s - 1`. Before sampling, [`RolloutEngine::sync`] writes the policy to
@@ -27,27 +29,43 @@ use std::time::{Duration, Instant};
 
 use fulcrum_core::rng::mix;
 use fulcrum_model::save_gguf::GgufTemplate;
-use fulcrum_model::{Completion, Finish, Model, ModelSpec, Sampling};
+use fulcrum_model::{Completion, Finish, Model, ModelSpec, SampleRequest, Sampling};
 use fulcrum_rollout::{
     connect, EngineCompletion, EngineError, EngineKind, EnginePool, FinishReason, GenerateRequest,
     PoolOptions, SamplingParams, WeightFiles, WeightFormat,
 };
 use fulcrum_tasks::Example;
 
-use crate::config::Config;
+use crate::config::{ForwardSettings, RolloutConfig};
 use crate::data::DataPosition;
 use crate::error::TrainError;
-use crate::rollout::{EngineSample, SampleSettings};
+use crate::offpolicy::{check_engine_rollouts, EngineCheck};
+use crate::rollout::{EngineSample, Rollout, SampleSettings};
 
 /// Completed groups, one list per request.
 type Groups = Vec<Vec<EngineCompletion>>;
 
-/// A draw sampled ahead (`rollout.overlap`), for step `step`.
+/// Completions in prompt order (stop token included), with what the engine said of each
+/// (`None` for the native sampler, whose log-probabilities are the trainer's).
+#[derive(Debug)]
+pub struct Sampled {
+    pub completions: Vec<Completion>,
+    pub engine_side: Vec<Option<EngineSample>>,
+}
+
+/// A draw sampled ahead (`rollout.overlap`), for the step it was taken for.
 pub struct Prefetched {
-    pub step: u64,
     pub examples: Vec<Example>,
     pub prompts: Vec<Vec<i64>>,
-    pub groups: Groups,
+    pub sampled: Sampled,
+}
+
+/// A draw sampled ahead as the engines returned it.
+struct RawPrefetched {
+    step: u64,
+    examples: Vec<Example>,
+    prompts: Vec<Vec<i64>>,
+    groups: Groups,
 }
 
 /// A draw being sampled in the background; the thread owns the pool until it is joined.
@@ -74,7 +92,7 @@ pub struct RemoteEngine {
     /// `None` while a background draw owns it.
     pool: Option<EnginePool>,
     in_flight: Option<InFlight>,
-    ready: Option<(Prefetched, DataPosition)>,
+    ready: Option<(RawPrefetched, DataPosition)>,
     push_dir: PathBuf,
     push_dtype: fulcrum_model::GgufDtype,
     /// The policy's own GGUF file, the first choice of template for a GGUF push.
@@ -89,8 +107,7 @@ pub struct RemoteEngine {
 impl RolloutEngine {
     /// The engine `cfg.rollout` names; engine servers are asked whether they are up (one that
     /// is not is dropped with a warning; none up is an error).
-    pub fn open(cfg: &Config, run_dir: &Path, spec: &ModelSpec) -> Result<Self, TrainError> {
-        let r = &cfg.rollout;
+    pub fn open(r: &RolloutConfig, run_dir: &Path, spec: &ModelSpec) -> Result<Self, TrainError> {
         if r.engine == EngineKind::Native {
             return Ok(RolloutEngine::Native);
         }
@@ -144,6 +161,105 @@ impl RolloutEngine {
         }
     }
 
+    /// Samples `s.samples_per_prompt` responses to each of `prompts`: on the trainer's own
+    /// sampler, or one request per prompt (a whole group, seeded by the group) on the engines.
+    pub fn sample(
+        &mut self,
+        model: &Model,
+        prompts: &[Vec<i64>],
+        s: &SampleSettings,
+    ) -> Result<Sampled, TrainError> {
+        match self {
+            RolloutEngine::Native => {
+                let req = SampleRequest {
+                    first_prompt: s.first_prompt,
+                    prompts: prompts.to_vec(),
+                    samples_per_prompt: s.samples_per_prompt,
+                    max_new_tokens: s.max_new_tokens,
+                    sampling: s.sampling,
+                    seed: s.seed,
+                    stop_token_ids: model.stop_token_ids(),
+                    stop_strings: vec![],
+                };
+                let tok = model.tokenizer()?;
+                let completions = fulcrum_model::generate(model.net(), &req, Some(tok))?;
+                let engine_side = vec![None; completions.len()];
+                Ok(Sampled {
+                    completions,
+                    engine_side,
+                })
+            }
+            RolloutEngine::Remote(remote) => {
+                let reqs = RemoteEngine::requests(model, prompts, s);
+                let groups = remote.generate(&reqs)?;
+                RemoteEngine::completions(model, groups)
+            }
+        }
+    }
+
+    /// Whether this engine can sample a draw ahead while the trainer updates
+    /// ([`RolloutEngine::sample_ahead`]); the native sampler shares the trainer's cores and
+    /// cannot.
+    pub fn samples_ahead(&self) -> bool {
+        matches!(self, RolloutEngine::Remote(_))
+    }
+
+    /// Starts sampling step `step`'s first draw (`examples`, encoded as `prompts`) in the
+    /// background (`rollout.overlap`); `resume_at` is the prompt stream before these examples.
+    pub fn sample_ahead(
+        &mut self,
+        model: &Model,
+        step: u64,
+        examples: Vec<Example>,
+        prompts: Vec<Vec<i64>>,
+        s: &SampleSettings,
+        resume_at: DataPosition,
+    ) -> Result<(), TrainError> {
+        match self {
+            RolloutEngine::Native => Ok(()),
+            RolloutEngine::Remote(remote) => {
+                let reqs = RemoteEngine::requests(model, &prompts, s);
+                remote.start_prefetch(step, examples, prompts, reqs, resume_at)
+            }
+        }
+    }
+
+    /// The draw sampled ahead for `step`, if there is one.
+    pub fn take_prefetched(
+        &mut self,
+        model: &Model,
+        step: u64,
+    ) -> Result<Option<Prefetched>, TrainError> {
+        let RolloutEngine::Remote(remote) = self else {
+            return Ok(None);
+        };
+        let Some(p) = remote.take_prefetched(step)? else {
+            return Ok(None);
+        };
+        Ok(Some(Prefetched {
+            examples: p.examples,
+            prompts: p.prompts,
+            sampled: RemoteEngine::completions(model, p.groups)?,
+        }))
+    }
+
+    /// Before the update: engine rollouts get the trainer's own old log-probabilities, and the
+    /// engine/trainer mismatch is measured (`offpolicy.rs`); native rollouts need neither.
+    pub fn check_rollouts(
+        &self,
+        model: &Model,
+        rollouts: &mut [Rollout],
+        fwd: &ForwardSettings,
+        is_cap: Option<f64>,
+    ) -> Result<EngineCheck, TrainError> {
+        match self {
+            RolloutEngine::Native => Ok(EngineCheck::default()),
+            RolloutEngine::Remote(r) => {
+                check_engine_rollouts(model, rollouts, fwd, is_cap, r.version())
+            }
+        }
+    }
+
     /// Warnings to show since the last call (engines dropped, requests retried); those of a
     /// draw still in flight come after it is joined.
     pub fn take_warnings(&mut self) -> Vec<String> {
@@ -192,22 +308,17 @@ impl RemoteEngine {
     /// The pool, once any background draw has finished with it.
     fn pool(&mut self) -> Result<&mut EnginePool, TrainError> {
         self.join_in_flight()?;
-        self.pool.as_mut().ok_or_else(|| {
-            TrainError::Run("the rollout engines were lost to a crashed draw".into())
-        })
+        self.pool.as_mut().ok_or(TrainError::DrawPanicked)
     }
 
     fn join_in_flight(&mut self) -> Result<(), TrainError> {
         let Some(f) = self.in_flight.take() else {
             return Ok(());
         };
-        let (pool, result) = f
-            .handle
-            .join()
-            .map_err(|_| TrainError::Run("the background rollout draw panicked".into()))?;
+        let (pool, result) = f.handle.join().map_err(|_| TrainError::DrawPanicked)?;
         self.pool = Some(pool);
         let groups = result?;
-        let p = Prefetched {
+        let p = RawPrefetched {
             step: f.step,
             examples: f.examples,
             prompts: f.prompts,
@@ -223,7 +334,7 @@ impl RemoteEngine {
     }
 
     /// Starts sampling `reqs` (step `step`'s first draw) in the background.
-    pub fn start_prefetch(
+    fn start_prefetch(
         &mut self,
         step: u64,
         examples: Vec<Example>,
@@ -232,10 +343,7 @@ impl RemoteEngine {
         resume_at: DataPosition,
     ) -> Result<(), TrainError> {
         self.pool()?;
-        let mut pool = self
-            .pool
-            .take()
-            .ok_or_else(|| TrainError::Run("no rollout engine pool".into()))?;
+        let mut pool = self.pool.take().ok_or(TrainError::DrawPanicked)?;
         let handle = std::thread::spawn(move || {
             let result = pool.generate(&reqs);
             (pool, result)
@@ -251,7 +359,7 @@ impl RemoteEngine {
     }
 
     /// The draw sampled ahead for `step`, if there is one.
-    pub fn take_prefetched(&mut self, step: u64) -> Result<Option<Prefetched>, TrainError> {
+    fn take_prefetched(&mut self, step: u64) -> Result<Option<RawPrefetched>, TrainError> {
         self.join_in_flight()?;
         Ok(match self.ready.take() {
             Some((p, _)) if p.step == step => Some(p),
@@ -302,21 +410,18 @@ impl RemoteEngine {
     /// step fills `old_logprobs` with the trainer's own (offpolicy.rs). Tokens outside the
     /// policy's vocabulary (a server running another model) are refused: the trainer could not
     /// score them.
-    pub fn completions(
-        model: &Model,
-        groups: Groups,
-    ) -> Result<(Vec<Completion>, Vec<Option<EngineSample>>), TrainError> {
+    pub fn completions(model: &Model, groups: Groups) -> Result<Sampled, TrainError> {
         let vocab = model.config().vocab_size;
         let mut completions = Vec::new();
         let mut side = Vec::new();
         for (p, group) in groups.into_iter().enumerate() {
             for (g, c) in group.into_iter().enumerate() {
                 if let Some(t) = c.tokens.iter().find(|&&t| t < 0 || t >= vocab) {
-                    return Err(TrainError::Run(format!(
-                        "{}: returned token id {t}, outside the policy's vocabulary of {vocab}: \
-                         does the server run the policy's model?",
-                        c.engine
-                    )));
+                    return Err(TrainError::ForeignTokens {
+                        engine: c.engine,
+                        token: *t,
+                        vocab,
+                    });
                 }
                 let finish = match (c.finish, c.tokens.last()) {
                     (FinishReason::Stop, Some(&t)) => Finish::StopToken(t),
@@ -335,7 +440,10 @@ impl RemoteEngine {
                 });
             }
         }
-        Ok((completions, side))
+        Ok(Sampled {
+            completions,
+            engine_side: side,
+        })
     }
 
     fn sync(&mut self, model: &Model, version: u64) -> Result<f64, TrainError> {
@@ -393,18 +501,33 @@ impl RemoteEngine {
                 .model_gguf
                 .clone()
                 .or(served.filter(|p| p.is_file()))
-                .ok_or_else(|| {
-                    TrainError::Run(
-                        "a weight push to llama.cpp copies the architecture and tokenizer of a \
-                         GGUF file of the same model: load the policy from a .gguf file, or run \
-                         the server on this machine (its /props names the file it serves)"
-                            .into(),
-                    )
-                })?;
+                .ok_or(TrainError::NoGgufTemplate)?;
             self.template = Some(GgufTemplate::read(&path)?);
         }
-        self.template
-            .as_ref()
-            .ok_or_else(|| TrainError::Run("no GGUF template".into()))
+        self.template.as_ref().ok_or(TrainError::NoGgufTemplate)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn engine_tokens_outside_the_vocabulary_are_refused() {
+        let model = Model::tiny(tch::Device::Cpu, 0).unwrap();
+        let c = |t: i64| fulcrum_rollout::EngineCompletion {
+            tokens: vec![1, t],
+            logprobs: vec![-1.0, -1.0],
+            finish: fulcrum_rollout::FinishReason::Length,
+            weight_version: None,
+            engine: "http://e".into(),
+        };
+        let done = RemoteEngine::completions(&model, vec![vec![c(2)]]).unwrap();
+        assert_eq!(done.completions[0].tokens, vec![1, 2]);
+        let side = &done.engine_side[0];
+        assert_eq!(side.as_ref().map(|e| e.logprobs.len()), Some(2));
+        let e = RemoteEngine::completions(&model, vec![vec![c(2), c(1 << 20)]]).unwrap_err();
+        assert!(e.to_string().contains("http://e") && e.to_string().contains("vocabulary"));
+        assert!(RemoteEngine::completions(&model, vec![vec![c(-1)]]).is_err());
     }
 }

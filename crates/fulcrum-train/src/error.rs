@@ -52,10 +52,97 @@ pub enum TrainError {
     /// The launcher's environment (`RANK`, `WORLD_SIZE`, ...) is malformed.
     #[error(transparent)]
     Launch(#[from] fulcrum_dist::LaunchError),
-    /// A problem of the run itself (a prompt too long, a task without demonstrations, a run
-    /// directory already in use).
+    /// A task with no examples of the split a phase draws from.
+    #[error("task {task} has no {split} examples")]
+    NoExamples { task: String, split: &'static str },
+    /// An example without the demonstration the SFT warm-up trains on.
+    #[error("example {example} of task {task} has no demonstration for SFT")]
+    NoDemonstration { task: String, example: String },
+    /// A prompt longer than `rollout.max_prompt_len` tokens.
+    #[error("prompt {example} has {tokens} tokens, more than rollout.max_prompt_len = {limit}")]
+    PromptTooLong {
+        example: String,
+        tokens: usize,
+        limit: usize,
+    },
+    /// A model whose tokenizer declares no end-of-sequence token (SFT needs one).
+    #[error("the model has no end-of-sequence token")]
+    NoStopToken,
+    /// An engine returned token ids outside the policy's vocabulary: it serves another model.
+    #[error(
+        "{engine}: returned token id {token}, outside the policy's vocabulary of {vocab}: does \
+         the server run the policy's model?"
+    )]
+    ForeignTokens {
+        engine: String,
+        token: i64,
+        vocab: i64,
+    },
+    /// The background draw of `rollout.overlap` panicked, taking the engine pool with it.
+    #[error("the background rollout draw panicked: the rollout engines are lost")]
+    DrawPanicked,
+    /// A weight push to llama.cpp with no GGUF file of the same model to copy its metadata from.
+    #[error(
+        "a weight push to llama.cpp copies the architecture and tokenizer of a GGUF file of \
+         the same model: load the policy from a .gguf file, or run the server on this machine \
+         (its /props names the file it serves)"
+    )]
+    NoGgufTemplate,
+    /// What one rank sent the others could not be encoded or decoded.
+    #[error("exchanging {what} between ranks: {message}")]
+    Exchange { what: String, message: String },
+    /// Inputs of an evaluation measure that do not fit it (no responses, unequal counts, a k
+    /// outside 1..=n).
     #[error("{0}")]
-    Run(String),
+    Measure(String),
+    /// A directory that is not a run directory.
+    #[error("{dir} is not a run directory: {why}")]
+    NotARunDir { dir: PathBuf, why: &'static str },
+    /// A new run asked for a directory that already holds one.
+    #[error(
+        "{dir} already holds a run: resume it with `fulcrum train --resume {dir}`, or choose \
+         another --run-dir"
+    )]
+    RunDirInUse { dir: PathBuf },
+    /// What a data-parallel job cannot do, with the setting that avoids it.
+    #[error("{0}")]
+    DataParallelUnsupported(String),
+    /// Too many steps in a row were skipped for non-finite numbers: the policy has diverged.
+    #[error(
+        "stopped at step {step}: {in_a_row} steps in a row were skipped (non-finite logits, \
+         loss or gradient; max_consecutive_skips = {limit}); the weights were never updated with \
+         them, and the checkpoints under {checkpoints} hold the last good policy"
+    )]
+    TooManySkips {
+        step: u64,
+        in_a_row: u64,
+        limit: u64,
+        checkpoints: PathBuf,
+    },
+    /// `fulcrum sft` (a warm-up alone) on a config whose `sft.steps` is 0.
+    #[error("sft.steps is 0: no warm-up")]
+    NoWarmUp,
+    /// The signal handlers could not be installed.
+    #[error("installing the handler of signal {signal}: {source}")]
+    Signals {
+        signal: i32,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A record the trainer writes could not be encoded as JSON.
+    #[error("encoding {what} as JSON: {source}")]
+    Encode {
+        what: String,
+        #[source]
+        source: serde_json::Error,
+    },
+    /// A tensor operation failed outside the model (reading values back from a forward).
+    #[error("{what}: {source}")]
+    Tensor {
+        what: &'static str,
+        #[source]
+        source: tch::TchError,
+    },
     /// Stopped by SIGINT or SIGTERM after `step` (the checkpoint of that step is written).
     #[error("interrupted after {phase} step {step}: {hint}")]
     Interrupted {

@@ -7,7 +7,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::engine::RolloutEngine;
 use crate::error::TrainError;
-use crate::rollout::{sample_and_score, Rollout, SampleSettings};
+use crate::rollout::{Rollout, SampleSettings};
+use crate::score::sample_and_score;
 use fulcrum_core::rng::mix;
 
 /// Evaluation settings.
@@ -233,15 +234,15 @@ pub fn measure_problems(
 ) -> Result<ProblemMeasures, TrainError> {
     let n = problems.first().map_or(0, Vec::len);
     if problems.is_empty() || n == 0 {
-        return Err(TrainError::Run("no responses to measure".into()));
+        return Err(TrainError::Measure("no responses to measure".into()));
     }
     if let Some(bad) = problems.iter().find(|p| p.len() != n) {
-        return Err(TrainError::Run(format!(
+        return Err(TrainError::Measure(format!(
             "problems with unequal response counts ({n} and {})",
             bad.len()
         )));
     }
-    let bad_k = || TrainError::Run(format!("pass@k needs 1 <= k <= n; k = {k}, n = {n}"));
+    let bad_k = || TrainError::Measure(format!("pass@k needs 1 <= k <= n; k = {k}, n = {n}"));
     if k == 0 || k > n {
         return Err(bad_k());
     }
@@ -277,10 +278,10 @@ fn sample_and_measure(
 ) -> Result<(EvalResult, Vec<Rollout>, Vec<Example>), TrainError> {
     let examples = task.examples(Split::Test, s.seed, s.prompts)?;
     if examples.is_empty() {
-        return Err(TrainError::Run(format!(
-            "task {} has no test examples",
-            task.name()
-        )));
+        return Err(TrainError::NoExamples {
+            task: task.name().to_string(),
+            split: "test",
+        });
     }
     let t0 = std::time::Instant::now();
     let rollouts = sample_in_chunks(

@@ -25,7 +25,10 @@ pub fn install_signal_handlers() -> Result<(), TrainError> {
         // before the flag is set again.
         signal_hook::flag::register_conditional_shutdown(sig, i32::from(INTERRUPTED_EXIT), &STOP)
             .and_then(|_| signal_hook::flag::register(sig, &STOP))
-            .map_err(|e| TrainError::Run(format!("installing the handler of signal {sig}: {e}")))?;
+            .map_err(|source| TrainError::Signals {
+                signal: sig,
+                source,
+            })?;
     }
     Ok(())
 }

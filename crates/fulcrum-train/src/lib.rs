@@ -8,45 +8,52 @@
 //! Modules, in the order of one step (design.md):
 //! - `config/`: the one `Config` (`mod.rs`: keys and defaults; `load.rs`: file, overrides,
 //!   TOML; `validate.rs`: ranges);
-//! - `run.rs`: the outer loop ([`Run`]), with `event.rs` (what it reports) and `interrupt.rs`
-//!   (SIGINT/SIGTERM: checkpoint and stop between steps); `warmup.rs`: the starting policy and
-//!   the SFT cache; `sft.rs`: the SFT loop; `data.rs`: the resumable prompt stream;
-//! - [`step`]: one GRPO step, top to bottom; [`rollout`]: sampling, scoring and the drawing of
-//!   groups (dynamic sampling); [`plan`]: the update plan (items, mini-batches); [`packing`]:
-//!   rollouts to tensors; [`loss`]: the PPO token loss and KL estimators; [`accumulate`]:
-//!   gradient accumulation over micro-batches; [`policy`]: the policy, its optimizer and the
-//!   guarded update; [`ranks`]: the processes of a data-parallel job (shares, gathers, the
-//!   gradient all-reduce); [`zero`]: ZeRO-1, AdamW sharded across ranks;
-//! - [`eval`]: held-out evaluation; [`checkpoint`]: atomic, checksummed checkpoint directories;
+//! - `run/`: the outer loop ([`Run`]; `rl_loop.rs` its stages, `resume.rs` what a checkpoint
+//!   records, `run_dir.rs` the directory's files), with `event.rs` (what it reports) and
+//!   `interrupt.rs` (SIGINT/SIGTERM: checkpoint and stop between steps); `warmup.rs`: the
+//!   starting policy and the SFT cache; `sft.rs`: the SFT loop; `data.rs`: the resumable
+//!   prompt stream;
+//! - [`step`]: one GRPO step, top to bottom; `draw.rs`: the step's drawing of groups (dynamic
+//!   sampling); [`engine`]: where responses are sampled (the native sampler or engine
+//!   servers: sampling, sampling ahead, the weight push); `score.rs`: prompts to scored
+//!   rollouts; [`rollout`]: the rollout data types; [`offpolicy`]: engine rollouts before the
+//!   update; `plan.rs`: the update plan (items, mini-batches); [`packing`]: rollouts to tensors;
+//!   `loss.rs`: the policy loss and KL estimators; [`accumulate`]: gradient accumulation over
+//!   micro-batches; [`policy`]: the policy, its optimizer and the guarded update; [`ranks`]:
+//!   the processes of a data-parallel job (shares, gathers, the gradient all-reduce); `zero.rs`:
+//!   ZeRO-1, AdamW sharded across ranks;
+//! - `eval.rs`: held-out evaluation; `checkpoint.rs`: atomic, checksummed checkpoint directories;
 //!   `metrics/`: [`StepMetrics`] and the JSONL streams; `run_data.rs`: [`RunData`].
 
 pub mod accumulate;
-pub mod checkpoint;
+mod checkpoint;
 mod config;
 mod data;
+mod draw;
 pub mod engine;
 mod error;
-pub mod eval;
+mod eval;
 mod event;
 mod interrupt;
-pub mod loss;
+mod loss;
 mod metrics;
 pub mod offpolicy;
 pub mod packing;
-pub mod plan;
+mod plan;
 pub mod policy;
 pub mod ranks;
 pub mod rollout;
 mod run;
 mod run_data;
+mod score;
 mod sft;
 pub mod step;
 mod warmup;
-pub mod zero;
+mod zero;
 
 pub use config::{
-    apply_override, Config, DistConfig, EvalConfig, ModelConfig, OptimConfig, PpoConfig,
-    RolloutConfig, ScheduleKind, SftConfig,
+    apply_override, Config, DistConfig, EvalConfig, ForwardSettings, ModelConfig, OptimConfig,
+    PpoConfig, RolloutConfig, ScheduleKind, SftConfig,
 };
 pub use data::{DataPosition, DataStream};
 pub use error::TrainError;
@@ -57,6 +64,6 @@ pub use eval::{
 pub use event::Event;
 pub use interrupt::{install_signal_handlers, request_stop, stop_requested, INTERRUPTED_EXIT};
 pub use metrics::{truncate_after, JsonlWriter, RuleMasses, StepMetrics};
-pub use run::{choose_run_dir, resolve_runtime, resume, train, warm_up, Run, RunSummary};
+pub use run::{choose_run_dir, resolve_runtime, resume, train, warm_up, Run, RunSummary, BUILD};
 pub use run_data::{EvalPoint, RunData};
 pub use warmup::sft_cache_dir;

@@ -72,7 +72,7 @@ pub fn policy_token_loss(
     let d = || logprobs - &p.old_logprobs;
     match loss {
         PolicyLoss::Ppo => {
-            let (l, [low, high, dual]) = ppo_token_loss(logprobs, p, &params.clip);
+            let (l, [low, high, dual]) = ppo_token_loss(logprobs, p, &params.clip());
             (l, [low, high, dual, 0.0])
         }
         PolicyLoss::Gspo => {
@@ -117,7 +117,7 @@ pub fn policy_token_loss(
         PolicyLoss::ClipCov => {
             let clip = ClipParams {
                 dual_clip_c: f64::INFINITY,
-                ..params.clip
+                ..params.clip()
             };
             let (l, [low, high, _]) = ppo_token_loss(logprobs, p, &clip);
             let (selected, n) = selected();

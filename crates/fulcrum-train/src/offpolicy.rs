@@ -20,7 +20,7 @@ use fulcrum_model::logprobs::EntropyGrad;
 use fulcrum_model::Model;
 
 use crate::accumulate::{forward_logprobs, micro_batches, pack_micro_batch};
-use crate::config::Config;
+use crate::config::ForwardSettings;
 use crate::error::TrainError;
 use crate::packing::{response_values, Item};
 use crate::rollout::Rollout;
@@ -38,11 +38,12 @@ pub struct EngineCheck {
 pub fn check_engine_rollouts(
     model: &Model,
     rollouts: &mut [Rollout],
-    cfg: &Config,
+    fwd: &ForwardSettings,
+    is_cap: Option<f64>,
     expected_version: Option<u64>,
 ) -> Result<EngineCheck, TrainError> {
-    recompute_old_logprobs(model, rollouts, cfg)?;
-    Ok(measure(rollouts, cfg.rollout.is_cap, expected_version))
+    recompute_old_logprobs(model, rollouts, fwd)?;
+    Ok(measure(rollouts, is_cap, expected_version))
 }
 
 /// The trainer's log-probabilities of every response, in the micro-batches of the update
@@ -50,9 +51,9 @@ pub fn check_engine_rollouts(
 pub fn recompute_old_logprobs(
     model: &Model,
     rollouts: &mut [Rollout],
-    cfg: &Config,
+    fwd: &ForwardSettings,
 ) -> Result<(), TrainError> {
-    let share = cfg.ppo.share_prompt && !cfg.model.checkpoint_activations;
+    let share = fwd.share_prompt;
     let fresh: Vec<(usize, Vec<f32>)> = {
         let items: Vec<Item<'_>> = rollouts
             .iter()
@@ -68,14 +69,14 @@ pub fn recompute_old_logprobs(
             .filter(|&i| !items[i].rollout.response_ids.is_empty())
             .collect();
         let mut fresh = Vec::with_capacity(order.len());
-        for chunk in micro_batches(&items, order, cfg.ppo.micro_batch_size.max(1), share) {
+        for chunk in micro_batches(&items, order, fwd.micro_batch_size.max(1), share) {
             let mb: Vec<Item<'_>> = chunk.iter().map(|&i| items[i]).collect();
             let p = pack_micro_batch(&mb, share, model.device());
             let values = tch::no_grad(|| {
-                let (out, _head) =
-                    forward_logprobs(model, &p, cfg.rollout.temperature, EntropyGrad::No, cfg)?;
-                response_values(&p, &mb, &out.logprobs).map_err(|e| {
-                    TrainError::Run(format!("reading recomputed log-probabilities: {e}"))
+                let (out, _head) = forward_logprobs(model, &p, EntropyGrad::No, fwd)?;
+                response_values(&p, &mb, &out.logprobs).map_err(|source| TrainError::Tensor {
+                    what: "reading recomputed log-probabilities",
+                    source,
                 })
             })?;
             fresh.extend(chunk.into_iter().zip(values));

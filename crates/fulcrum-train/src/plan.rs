@@ -57,11 +57,6 @@ impl<'a> UpdatePlan<'a> {
         }
     }
 
-    /// The responses of mini-batch `k`, in step order.
-    pub fn mini_batch(&self, k: usize) -> Vec<Item<'a>> {
-        self.items_of(&self.mini_batches[k])
-    }
-
     /// The responses of `groups` (a mini-batch, or one rank's share of it), in step order.
     pub fn items_of(&self, groups: &[usize]) -> Vec<Item<'a>> {
         self.items

@@ -7,11 +7,13 @@
 //! AdamW step. Both trainers count what it skipped and report it.
 
 use fulcrum_model::optim::LrSchedule;
-use fulcrum_model::optim::{clip_grad_norm, grad_norm, grads_are_finite, AdamW, AdamWConfig};
+use fulcrum_model::optim::{
+    clip_grad_norm, grad_norm, grads_are_finite, AdamW, AdamWConfig, Update,
+};
 use fulcrum_model::{Dtype, Model};
 use tch::Kind;
 
-use crate::config::{Config, ScheduleKind};
+use crate::config::{OptimConfig, ScheduleKind};
 use crate::error::TrainError;
 use crate::ranks::Ranks;
 use crate::zero::Zero1;
@@ -69,64 +71,61 @@ impl Optimizer {
     }
 }
 
-/// The AdamW hyper-parameters of the config.
-pub fn adamw_config(cfg: &Config) -> AdamWConfig {
+/// The AdamW hyper-parameters of `[optim]`.
+pub fn adamw_config(o: &OptimConfig) -> AdamWConfig {
     AdamWConfig {
-        beta1: cfg.optim.beta1,
-        beta2: cfg.optim.beta2,
-        eps: cfg.optim.eps,
-        weight_decay: cfg.optim.weight_decay,
+        beta1: o.beta1,
+        beta2: o.beta2,
+        eps: o.eps,
+        weight_decay: o.weight_decay,
     }
 }
 
-/// A fresh AdamW over `model` with the config's hyper-parameters (SFT, and RL in one process
+/// A fresh AdamW over `model` with `[optim]`'s hyper-parameters (SFT, and RL in one process
 /// at f32).
-pub fn new_optimizer(cfg: &Config, model: &Model) -> AdamW {
-    AdamW::new(model.var_store(), adamw_config(cfg))
+pub fn new_optimizer(o: &OptimConfig, model: &Model) -> AdamW {
+    AdamW::new(model.var_store(), adamw_config(o))
 }
 
-/// The RL optimizer for `model` (still in f32) on `ranks`, after which the model is cast to the
-/// compute dtype: `bf16` keeps fp32 master weights in the optimizer, `bf16-pure` does not.
-pub fn rl_optimizer(cfg: &Config, model: &mut Model, ranks: &Ranks) -> Optimizer {
-    let c = adamw_config(cfg);
+/// The RL optimizer for `model` (still in f32) on `ranks` (`zero1`: `dist.zero1`), after which
+/// the model is cast to the compute dtype `dtype` (`model.dtype`): `bf16` keeps fp32 master
+/// weights in the optimizer, `bf16-pure` does not.
+pub fn rl_optimizer(
+    o: &OptimConfig,
+    dtype: Dtype,
+    zero1: bool,
+    model: &mut Model,
+    ranks: &Ranks,
+) -> Optimizer {
+    let c = adamw_config(o);
     let vs = model.var_store();
-    let opt = if ranks.world() > 1 && cfg.dist.zero1 {
+    let opt = if ranks.world() > 1 && zero1 {
         Optimizer::Sharded(Zero1::new(vs, c, ranks.rank(), ranks.world()))
-    } else if cfg.model.dtype == Dtype::Bf16 {
+    } else if dtype == Dtype::Bf16 {
         Optimizer::Replicated(AdamW::with_master_weights(vs, c))
     } else {
         Optimizer::Replicated(AdamW::new(vs, c))
     };
-    if cfg.model.dtype != Dtype::F32 {
+    if dtype != Dtype::F32 {
         model.set_kind(Kind::BFloat16);
     }
     opt
 }
 
-/// The RL learning-rate schedule (`optim.schedule` over `steps`).
-pub fn rl_schedule(cfg: &Config) -> LrSchedule {
-    let o = &cfg.optim;
+/// The RL learning-rate schedule: `optim.schedule` over the run's `steps`.
+pub fn rl_schedule(o: &OptimConfig, steps: u64) -> LrSchedule {
     match o.schedule {
         ScheduleKind::Cosine => LrSchedule::Cosine {
             peak: o.lr,
             min: o.lr * o.min_lr_ratio,
             warmup: o.warmup_steps,
-            total: cfg.steps,
+            total: steps,
         },
         ScheduleKind::Constant => LrSchedule::Constant {
             peak: o.lr,
             warmup: o.warmup_steps,
         },
     }
-}
-
-/// What happened to one optimizer step.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Update {
-    /// Gradients were finite: clipped and applied.
-    Applied { grad_norm: f64 },
-    /// The loss or a gradient was not finite: nothing was changed.
-    Skipped,
 }
 
 /// One optimizer step guarded against non-finite numbers. `backward` accumulates the gradients

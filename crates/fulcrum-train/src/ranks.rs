@@ -12,10 +12,11 @@ use std::time::Duration;
 
 use fulcrum_dist::{Launch, ProcessGroup, ReduceOp};
 use tch::nn::VarStore;
-use tch::{Device, Kind, Tensor};
+use tch::{Device, Tensor};
+
+use fulcrum_model::optim::{defined_grads, trainable_by_name};
 
 use crate::error::TrainError;
-use crate::rollout::Rollout;
 
 /// This process's place in the job: one process alone, or one rank of a c10d group.
 pub struct Ranks {
@@ -90,19 +91,27 @@ impl Ranks {
         self.group.as_mut()
     }
 
-    /// Every rank's rollouts, in rank order (each rank passes its share; all get the whole).
-    pub fn gather_rollouts(&mut self, mine: Vec<Rollout>) -> Result<Vec<Rollout>, TrainError> {
+    /// Every rank's items, in rank order (each rank passes its share; all get the whole);
+    /// `what` names them in an error.
+    pub fn gather<T>(&mut self, mine: Vec<T>, what: &str) -> Result<Vec<T>, TrainError>
+    where
+        T: serde::Serialize + serde::de::DeserializeOwned,
+    {
         let Some(g) = self.group.as_mut() else {
             return Ok(mine);
         };
         let mut bytes = Vec::new();
-        ciborium::into_writer(&mine, &mut bytes)
-            .map_err(|e| TrainError::Run(format!("encoding rollouts for the other ranks: {e}")))?;
+        ciborium::into_writer(&mine, &mut bytes).map_err(|e| TrainError::Exchange {
+            what: what.to_string(),
+            message: format!("encoding for the other ranks: {e}"),
+        })?;
         let mut all = Vec::new();
         for (rank, b) in g.all_gather_bytes(&bytes)?.into_iter().enumerate() {
-            let theirs: Vec<Rollout> = ciborium::from_reader(b.as_slice()).map_err(|e| {
-                TrainError::Run(format!("decoding the rollouts of rank {rank}: {e}"))
-            })?;
+            let theirs: Vec<T> =
+                ciborium::from_reader(b.as_slice()).map_err(|e| TrainError::Exchange {
+                    what: what.to_string(),
+                    message: format!("decoding what rank {rank} sent: {e}"),
+                })?;
             all.extend(theirs);
         }
         Ok(all)
@@ -151,32 +160,6 @@ impl Ranks {
     }
 }
 
-/// The gradients of `params`, every one defined (a parameter the backward did not reach gets
-/// a zero gradient, from one backward of zero through those parameters only; summing before
-/// scaling keeps it free of parameter-sized temporaries).
-pub fn defined_grads(params: &[(String, Tensor)]) -> Vec<Tensor> {
-    let zero: Vec<Tensor> = params
-        .iter()
-        .filter(|(_, p)| !p.grad().defined())
-        .map(|(_, p)| p.sum(Kind::Float) * 0.0)
-        .collect();
-    if !zero.is_empty() {
-        Tensor::stack(&zero, 0).sum(Kind::Float).backward();
-    }
-    params.iter().map(|(_, p)| p.grad()).collect()
-}
-
-/// The trainable variables of `vs`, sorted by name (the same order on every rank).
-pub fn trainable_by_name(vs: &VarStore) -> Vec<(String, Tensor)> {
-    let mut v: Vec<(String, Tensor)> = vs
-        .variables()
-        .into_iter()
-        .filter(|(_, p)| p.requires_grad())
-        .collect();
-    v.sort_by(|a, b| a.0.cmp(&b.0));
-    v
-}
-
 /// Consecutive runs of same-kind tensors of about `bytes` each.
 fn buckets(ts: &[Tensor], bytes: usize) -> Vec<Vec<&Tensor>> {
     let mut out: Vec<Vec<&Tensor>> = Vec::new();
@@ -209,6 +192,7 @@ pub fn share(n: usize, rank: usize, world: usize) -> Range<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tch::Kind;
 
     #[test]
     fn shares_cover_the_batch_once_and_differ_by_at_most_one() {

@@ -71,10 +71,10 @@ impl RunData {
     pub fn load(dir: &Path) -> Result<Self, TrainError> {
         let cfg_path = dir.join("config.toml");
         if !cfg_path.is_file() {
-            return Err(TrainError::Run(format!(
-                "{} is not a run directory: it has no config.toml",
-                dir.display()
-            )));
+            return Err(TrainError::NotARunDir {
+                dir: dir.to_path_buf(),
+                why: "it has no config.toml",
+            });
         }
         let config = Config::load(Some(&cfg_path), &[])?;
         let steps = read_jsonl(&dir.join("metrics.jsonl"))?;

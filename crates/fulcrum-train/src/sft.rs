@@ -7,7 +7,7 @@
 use fulcrum_core::rng::mix;
 use fulcrum_model::logprobs::EntropyGrad;
 use fulcrum_model::masked_logprobs::masked_sequence_logprobs_with;
-use fulcrum_model::optim::LrSchedule;
+use fulcrum_model::optim::{LrSchedule, Update};
 use fulcrum_model::Model;
 use fulcrum_tasks::Task;
 use tch::Kind;
@@ -17,9 +17,10 @@ use crate::data::{DataPosition, DataStream};
 use crate::error::TrainError;
 use crate::interrupt::stop_requested;
 use crate::packing::{pack, Item};
-use crate::policy::{guarded_update, new_optimizer, Optimizer, Update};
+use crate::policy::{guarded_update, new_optimizer, Optimizer};
 use crate::ranks::Ranks;
-use crate::rollout::{encode_prompt, Rollout};
+use crate::rollout::Rollout;
+use crate::score::encode_prompt;
 
 /// Progress of SFT, reported after every step.
 pub struct SftProgress {
@@ -38,7 +39,7 @@ pub fn run_sft(
     mut on_step: impl FnMut(SftProgress),
 ) -> Result<u64, TrainError> {
     let s = &cfg.sft;
-    let mut opt: Optimizer = new_optimizer(cfg, model).into();
+    let mut opt: Optimizer = new_optimizer(&cfg.optim, model).into();
     // The warm-up runs in one process (rank 0 of a job), so it and its cache are the same at
     // any rank count.
     let mut alone = Ranks::single();
@@ -60,19 +61,19 @@ pub fn run_sft(
     let eos = *model
         .stop_token_ids()
         .first()
-        .ok_or_else(|| TrainError::Run("the model has no end-of-sequence token".into()))?;
+        .ok_or(TrainError::NoStopToken)?;
     for step in 0..s.steps {
         let examples = data.take(task, s.batch_size)?;
         let tok = model.tokenizer()?;
         let mut demos = Vec::with_capacity(examples.len());
         for ex in &examples {
-            let demo = ex.demonstration.as_deref().ok_or_else(|| {
-                TrainError::Run(format!(
-                    "example {} of task {} has no demonstration for SFT",
-                    ex.id,
-                    task.name()
-                ))
-            })?;
+            let demo = ex
+                .demonstration
+                .as_deref()
+                .ok_or_else(|| TrainError::NoDemonstration {
+                    task: task.name().to_string(),
+                    example: ex.id.clone(),
+                })?;
             let mut response_ids = tok.encode(demo)?;
             response_ids.push(eos);
             let n = response_ids.len();

@@ -12,20 +12,22 @@ use std::time::Instant;
 use fulcrum_core::cov_selection::{self, CovInput};
 use fulcrum_core::diagnostics::{mass_share, update_cosine};
 use fulcrum_core::{advantages, Diagnostics, RuleParams, SplitMix64, StepBatch};
+use fulcrum_model::optim::Update;
 use fulcrum_tasks::Task;
 use serde_json::{json, Value};
 
 use crate::accumulate::{backward_micro_batches, MicroStats};
-use crate::config::Config;
+use crate::config::{Config, PpoConfig, RolloutConfig};
 use crate::data::DataStream;
+use crate::draw::{draw_groups, Drawn, StepOf};
 use crate::engine::RolloutEngine;
 use crate::error::TrainError;
 use crate::metrics::{RuleMasses, StepMetrics};
-use crate::offpolicy::{check_engine_rollouts, EngineCheck};
+use crate::offpolicy::EngineCheck;
 use crate::plan::UpdatePlan;
-use crate::policy::{guarded_update, Policy, Update};
+use crate::policy::{guarded_update, Policy};
 use crate::ranks::Ranks;
-use crate::rollout::{draw_groups, Drawn, Rollout};
+use crate::rollout::Rollout;
 
 /// What a step leaves behind: its metrics line and a few samples.
 pub struct StepReport {
@@ -55,18 +57,20 @@ pub fn grpo_step(
     let t_pushed = t_start.elapsed().as_secs_f64();
 
     // 1-3. Sample G responses per prompt and score them (dynamic sampling draws more).
-    let mut drawn = draw_groups(engine, &policy.model, task, cfg, step, data, ranks)?;
+    let at = StepOf {
+        seed: cfg.seed,
+        step,
+        steps: cfg.steps,
+    };
+    let mut drawn = draw_groups(engine, &policy.model, task, &cfg.rollout, at, data, ranks)?;
     let t_sampled = t_start.elapsed().as_secs_f64() - t_pushed + wait_secs;
 
     // 3a. Engine rollouts: the trainer's own old log-probabilities, the engine/trainer
     // mismatch and the truncated importance weights (offpolicy.rs).
     let t_check = Instant::now();
-    let check = match engine {
-        RolloutEngine::Native => EngineCheck::default(),
-        RolloutEngine::Remote(r) => {
-            check_engine_rollouts(&policy.model, &mut drawn.rollouts, cfg, r.version())?
-        }
-    };
+    let fwd = cfg.forward();
+    let check =
+        engine.check_rollouts(&policy.model, &mut drawn.rollouts, &fwd, cfg.rollout.is_cap)?;
     let check_secs = t_check.elapsed().as_secs_f64();
     let rollouts = &drawn.rollouts;
 
@@ -75,7 +79,7 @@ pub fn grpo_step(
     // rule gives it weight 0.
     let rewards: Vec<f64> = rollouts
         .iter()
-        .map(|x| x.reward - overlong_penalty(cfg, x))
+        .map(|x| x.reward - overlong_penalty(&cfg.rollout, x))
         .collect();
     let groups: Vec<usize> = rollouts.iter().map(|x| x.group).collect();
     let lengths: Vec<i64> = rollouts
@@ -102,7 +106,7 @@ pub fn grpo_step(
     let diag = Diagnostics::compute(&batch, &rewards, &params)?;
     let weights = cfg.rule.weights(&batch, &params);
     // 5a. The tokens Clip-Cov / KL-Cov treat differently, chosen once for the step.
-    let selection = cov_selection(cfg, step, rollouts, &adv, &loss_lengths);
+    let selection = cov_selection(&cfg.ppo, cfg.seed, step, rollouts, &adv, &loss_lengths);
     let plan = UpdatePlan::new(
         rollouts,
         &adv,
@@ -127,8 +131,9 @@ pub fn grpo_step(
             let groups = &plan.mini_batches[k];
             let mini = plan.items_of(&groups[ranks.share(groups.len())]);
             let (s, update) = guarded_update(model, adamw, ranks, cfg.optim.grad_clip, lr, || {
-                let (micro, reg) = (cfg.ppo.micro_batch_size, plan.reg_weight);
-                let s = backward_micro_batches(model, reference.as_ref(), &mini, reg, cfg, micro)?;
+                let reg = plan.reg_weight;
+                let s =
+                    backward_micro_batches(model, reference.as_ref(), &mini, reg, &fwd, &cfg.ppo)?;
                 let loss = s.loss;
                 Ok((s, loss))
             })?;
@@ -282,13 +287,14 @@ impl OptSummary {
 /// the sampling-time log-probabilities of every loss token, so that it is the same whatever the
 /// micro-batch size and rank count; empty for the other losses.
 fn cov_selection(
-    cfg: &Config,
+    ppo: &PpoConfig,
+    seed: u64,
     step: u64,
     rollouts: &[Rollout],
     adv: &[f64],
     loss_lengths: &[i64],
 ) -> Vec<Vec<bool>> {
-    if !cfg.ppo.loss.uses_cov_selection() {
+    if !ppo.loss.uses_cov_selection() {
         return Vec::new();
     }
     let logp: Vec<Vec<f64>> = rollouts
@@ -304,14 +310,13 @@ fn cov_selection(
         .zip(adv)
         .map(|(logp, &adv)| CovInput { logp, adv })
         .collect();
-    let mut rng = SplitMix64::derive(cfg.seed, "cov-selection", step);
-    cov_selection::cov_selection(cfg.ppo.loss, &inputs, &cfg.loss_params(), &mut rng)
+    let mut rng = SplitMix64::derive(seed, "cov-selection", step);
+    cov_selection::cov_selection(ppo.loss, &inputs, &ppo.params, &mut rng)
 }
 
 /// DAPO's soft overlong punishment: a linear penalty over the last `overlong_buffer` tokens
 /// before `max_response_len`, up to `overlong_penalty`.
-fn overlong_penalty(cfg: &Config, x: &Rollout) -> f64 {
-    let r = &cfg.rollout;
+fn overlong_penalty(r: &RolloutConfig, x: &Rollout) -> f64 {
     if r.overlong_buffer == 0 {
         return 0.0;
     }

@@ -15,14 +15,15 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use fulcrum_model::optim::{adam_update, nothing_left, take_named, AdamWConfig};
+use fulcrum_model::optim::{
+    adam_update, defined_grads, nothing_left, take_named, trainable_by_name, AdamWConfig, Update,
+};
 use fulcrum_model::ModelError;
 use tch::nn::VarStore;
 use tch::{Kind, Tensor};
 
 use crate::error::TrainError;
-use crate::policy::Update;
-use crate::ranks::{defined_grads, trainable_by_name, Ranks};
+use crate::ranks::Ranks;
 
 /// AdamW over this rank's slice of the flat parameters.
 pub struct Zero1 {

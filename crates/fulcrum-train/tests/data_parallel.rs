@@ -78,7 +78,7 @@ fn train_on(world: usize, cfg: &Config, resume: Option<&Path>) {
                     master_port: port,
                 };
                 let ranks = Ranks::join(&launch, Device::Cpu, Duration::from_secs(300)).unwrap();
-                let run = match &resume {
+                let mut run = match &resume {
                     Some(d) => Run::open(d).unwrap().force(true).on_ranks(ranks),
                     None => Run::create_on(&cfg, ranks).unwrap(),
                 };

@@ -194,6 +194,13 @@ fn config_keys() -> BTreeMap<String, bool> {
     }
     let mut keys = BTreeMap::new();
     walk(&mut Vec::new(), false, &mut keys);
+    // The policy loss's settings are `[ppo]` keys read apart from the rest of the table
+    // (`Config::from_table`): they are `fulcrum_core::LossParams`'s fields.
+    let loss = toml::Table::try_from(fulcrum_core::LossParams::default())
+        .expect("LossParams is a TOML table");
+    for k in loss.keys() {
+        keys.insert(format!("ppo.{k}"), false);
+    }
     assert!(
         keys.contains_key("steps") && keys.contains_key("ppo.eps_high"),
         "the probe of Config found no fields: {keys:?}"

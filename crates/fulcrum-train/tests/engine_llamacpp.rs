@@ -285,7 +285,7 @@ fn grpo_trains_end_to_end_on_the_server_with_a_push_every_step() -> Result<()> {
     let server = Server::start(&gguf()?)?;
     let dir = scratch()?;
     let cfg = engine_config(&[&server.url], 2, &dir.path().join("run"))?;
-    let run = fulcrum_train::Run::create(&cfg)?;
+    let mut run = fulcrum_train::Run::create(&cfg)?;
     run.train(&mut |_| {})?;
     let m = run_metrics(run.dir())?;
     assert_eq!(m.len(), 2);
@@ -312,7 +312,7 @@ fn a_run_survives_one_of_two_servers_dying_and_says_so() -> Result<()> {
     let mut b = Server::start(&path)?;
     let dir = scratch()?;
     let cfg = engine_config(&[&a.url, &b.url], 2, &dir.path().join("run"))?;
-    let run = fulcrum_train::Run::create(&cfg)?;
+    let mut run = fulcrum_train::Run::create(&cfg)?;
     let mut killed = false;
     run.train(&mut |e| {
         if let fulcrum_train::Event::Step { step: 1, .. } = e {
@@ -351,7 +351,7 @@ fn overlap_samples_one_step_behind_and_checkpoints_resume_before_the_prefetch() 
     let mut cfg = engine_config(&[&server.url], 3, &dir.path().join("run"))?;
     cfg.rollout.overlap = true;
     cfg.checkpoint_every = 1;
-    let run = fulcrum_train::Run::create(&cfg)?;
+    let mut run = fulcrum_train::Run::create(&cfg)?;
     run.train(&mut |_| {})?;
     let m = run_metrics(run.dir())?;
     let stale: Vec<u64> = m

@@ -3,14 +3,14 @@
 
 use fulcrum_core::cov_selection::{cov_selection, CovInput};
 use fulcrum_core::{advantages, Estimator, PolicyLoss, Rule, RuleParams, SplitMix64, StepBatch};
-use fulcrum_model::optim::{AdamW, AdamWConfig};
+use fulcrum_model::optim::{AdamW, AdamWConfig, Update};
 use fulcrum_model::Model;
 use fulcrum_train::accumulate::{backward_micro_batches, MicroStats};
 use fulcrum_train::packing::Item;
-use fulcrum_train::policy::{guarded_update, Policy, Update};
+use fulcrum_train::policy::{guarded_update, Policy};
 use fulcrum_train::ranks::Ranks;
 use fulcrum_train::rollout::Rollout;
-use fulcrum_train::{Config, TrainError};
+use fulcrum_train::{Config, ForwardSettings, TrainError};
 use tch::{Device, Kind, Tensor};
 
 /// Forward/backward over `items` in micro-batches of `micro`, accumulating gradients.
@@ -21,13 +21,17 @@ fn backward(
     cfg: &Config,
     micro: usize,
 ) -> Result<MicroStats, TrainError> {
+    let fwd = ForwardSettings {
+        micro_batch_size: micro,
+        ..cfg.forward()
+    };
     backward_micro_batches(
         &p.model,
         p.reference.as_ref(),
         items,
         reg_weight,
-        cfg,
-        micro,
+        &fwd,
+        &cfg.ppo,
     )
 }
 
@@ -56,8 +60,8 @@ fn update(
                 reference.as_ref(),
                 items,
                 reg_weight,
-                cfg,
-                cfg.ppo.micro_batch_size,
+                &cfg.forward(),
+                &cfg.ppo,
             )?;
             let loss = s.loss;
             Ok((s, loss))
@@ -146,9 +150,9 @@ fn gradient_does_not_depend_on_the_micro_batch_size_under_any_loss() {
     for loss in PolicyLoss::ALL.iter().copied() {
         let mut cfg = Config::default();
         cfg.ppo.loss = loss;
-        cfg.ppo.clip_cov_frac = 0.2;
-        cfg.ppo.clip_cov_lb = -10.0;
-        cfg.ppo.kl_cov_frac = 0.2;
+        cfg.ppo.params.clip_cov_frac = 0.2;
+        cfg.ppo.params.clip_cov_lb = -10.0;
+        cfg.ppo.params.kl_cov_frac = 0.2;
         let logp: Vec<Vec<f64>> = rs
             .iter()
             .map(|r| r.old_logprobs.iter().map(|&v| v as f64).collect())
@@ -159,7 +163,7 @@ fn gradient_does_not_depend_on_the_micro_batch_size_under_any_loss() {
             .map(|(logp, &adv)| CovInput { logp, adv })
             .collect();
         let mut rng = SplitMix64::seeded(7);
-        let selection = cov_selection(loss, &inputs, &cfg.loss_params(), &mut rng);
+        let selection = cov_selection(loss, &inputs, &cfg.ppo.params, &mut rng);
         if loss.uses_cov_selection() {
             assert!(
                 selection.iter().flatten().any(|&s| s),
@@ -416,7 +420,8 @@ fn recomputed_old_logprobs_are_the_models_own_with_or_without_a_shared_prompt() 
         cfg.ppo.micro_batch_size = micro;
         cfg.rollout.temperature = temperature;
         let mut rs = rollouts();
-        fulcrum_train::offpolicy::recompute_old_logprobs(&p.model, &mut rs, &cfg).unwrap();
+        fulcrum_train::offpolicy::recompute_old_logprobs(&p.model, &mut rs, &cfg.forward())
+            .unwrap();
         for (i, (r, w)) in rs.iter().zip(&want).enumerate() {
             assert_eq!(r.old_logprobs.len(), w.len(), "share {share}, response {i}");
             for (a, b) in r.old_logprobs.iter().zip(w) {

@@ -48,7 +48,11 @@ fn paper_presets_follow_the_dapo_recipe() -> Result<(), Box<dyn std::error::Erro
         );
         assert_eq!(c.rollout.max_response_len, 8192, "{name}");
         assert_eq!(
-            (c.ppo.eps_low, c.ppo.eps_high, c.ppo.dual_clip_c),
+            (
+                c.ppo.params.eps_low,
+                c.ppo.params.eps_high,
+                c.ppo.params.dual_clip_c
+            ),
             (0.2, 0.28, 10.0)
         );
         assert_eq!((c.ppo.kl_coef, c.ppo.entropy_coef), (0.0, 0.0), "{name}");

@@ -444,3 +444,37 @@ fn device_flag_sets_the_device_and_a_bad_one_names_the_flag() {
     assert!(!bad.status.success());
     assert!(String::from_utf8_lossy(&bad.stderr).contains("--device"));
 }
+
+#[test]
+fn without_a_terminal_progress_is_a_plain_line_now_and_then_and_quiet_silences_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut args = vec!["train", "--run-dir", "runs/p"];
+    args.extend_from_slice(SMALL);
+    let o = Command::new(env!("CARGO_BIN_EXE_fulcrum"))
+        .current_dir(dir.path())
+        .args(&args)
+        .output()
+        .expect("fulcrum runs");
+    let e = err(&o);
+    assert!(o.status.success(), "{e}");
+    // The phases' first and last positions always get their line (stderr is a pipe here).
+    for want in [
+        "sft 1/6: loss",
+        "sft 6/6: loss",
+        "grpo 1/4: reward",
+        "grpo 4/4: reward",
+    ] {
+        assert!(e.contains(want), "no {want:?} in:\n{e}");
+    }
+    assert!(
+        e.contains("train accuracy") && e.contains("tok/s") && e.contains("left"),
+        "{e}"
+    );
+    assert!(
+        e.contains("held-out accuracy"),
+        "evaluations are said too:\n{e}"
+    );
+    let quiet = train(dir.path(), &["--run-dir", "runs/q"]);
+    assert!(quiet.status.success(), "{}", err(&quiet));
+    assert!(!err(&quiet).contains("grpo "), "--quiet: {}", err(&quiet));
+}

@@ -3,7 +3,7 @@
 //! [`extract_code`] takes the last ```` ```python ```` block of a response (else the last fenced
 //! block, else the whole response). [`TestSpec`] is how the tests are given: assert statements
 //! (MBPP), a `check(candidate)` function plus an entry point (HumanEval, LeetCode), or stdin /
-//! stdout cases (Codeforces). [`CodeRunner`] runs programs in [`sandbox`] with a bounded number
+//! stdout cases (Codeforces). [`CodeRunner`] runs programs in `crate::sandbox` with a bounded number
 //! at a time, and turns each run into an [`Outcome`] with a pass fraction and a reason.
 //!
 //! A program passes only if the test code ran to its end: the harness prints a sentinel line
@@ -11,28 +11,15 @@
 //! fails. (A program that reads its own source to find and print the sentinel could fool this;
 //! that is a reward hack to look for in samples, not a sandbox escape.)
 //!
-//! Which sandbox runs the programs is chosen once per process ([`sandbox_in_use`]: a config
-//! key or flag via [`set_sandbox_choice`], else `FULCRUM_SANDBOX`, else `auto`). When no mode
+//! Which sandbox runs the programs is chosen once per process (`crate::sandbox`'s
+//! `sandbox_in_use`: a config key or flag via `set_sandbox_choice`, else `FULCRUM_SANDBOX`,
+//! else `auto`). When no mode
 //! that contains file writes, network and processes works, code rewards are refused: every
 //! code response scores 0 with the reason, which names what is missing and how to get it.
 
-mod bwrap;
-mod choose;
-mod confine;
-mod layout;
-mod native;
-pub mod sandbox;
-
 use std::sync::{Condvar, Mutex};
 
-use crate::task::{Split, Task};
-use crate::verify::Verifier;
-
-pub use choose::{
-    probe, sandbox_choice, sandbox_in_use, set_sandbox_choice, Chosen, SandboxChoice, SandboxError,
-    SANDBOX_ENV,
-};
-pub use sandbox::{run_python, RunOutput, SandboxConfig, SandboxMode};
+use crate::sandbox::{run_python, sandbox_in_use, RunOutput, SandboxConfig, SandboxError};
 
 /// The line the harness prints after the tests ran.
 const SENTINEL: &str = "__fulcrum_tests_passed__";
@@ -165,29 +152,6 @@ fn signal_reason(sig: i32) -> String {
         libc::SIGSEGV => "crashed (SIGSEGV)".into(),
         n => format!("killed by signal {n}"),
     }
-}
-
-/// For a run over `tasks`: makes `choice` this process's sandbox and, when a task scores code
-/// (judged by a sample of its examples of either split), resolves it now, so that the mode is
-/// printed at the start and a refusal stops the run before its first step. Returns the mode in
-/// use (to record in the run's config), or `None` when no task scores code.
-pub fn sandbox_for_tasks(
-    choice: SandboxChoice,
-    tasks: &[&dyn Task],
-    seed: u64,
-) -> crate::Result<Option<SandboxMode>> {
-    set_sandbox_choice(choice)?;
-    let mut needs_code = false;
-    for task in tasks {
-        for split in [Split::Train, Split::Test] {
-            let examples = task.examples(split, seed, 32)?;
-            needs_code |= examples.iter().any(|e| e.verifier == Verifier::Code);
-        }
-    }
-    if !needs_code {
-        return Ok(None);
-    }
-    Ok(Some(sandbox_in_use()?.mode))
 }
 
 /// Runs programs in the sandbox, at most `workers` at a time.

@@ -25,9 +25,8 @@ use std::path::{Path, PathBuf};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use fulcrum_tasks::code::{
-    CodeRunner, Outcome, SandboxChoice, SandboxConfig, SandboxMode, TestSpec,
-};
+use fulcrum_tasks::code::{CodeRunner, Outcome, TestSpec};
+use fulcrum_tasks::sandbox::{SandboxChoice, SandboxConfig, SandboxMode};
 
 static SERIAL: Mutex<()> = Mutex::new(());
 

@@ -3,7 +3,9 @@
 
 use std::path::Path;
 
-use super::Config;
+use fulcrum_core::LossParams;
+
+use super::{Config, PpoConfig};
 use crate::TrainError;
 
 impl Config {
@@ -31,8 +33,9 @@ impl Config {
     }
 
     /// Deserialises a table over the defaults, naming the key path of any error.
-    pub fn from_table(table: toml::Table, file: &str) -> Result<Self, TrainError> {
-        let cfg: Config =
+    pub fn from_table(mut table: toml::Table, file: &str) -> Result<Self, TrainError> {
+        let params = take_loss_params(&mut table, file)?;
+        let mut cfg: Config =
             serde_path_to_error::deserialize(toml::Value::Table(table)).map_err(|e| {
                 let key = e.path().to_string();
                 let message = e.into_inner().to_string().trim_end().to_string();
@@ -46,6 +49,7 @@ impl Config {
                     message,
                 }
             })?;
+        cfg.ppo.params = params;
         cfg.validate(file)?;
         Ok(cfg)
     }
@@ -56,6 +60,43 @@ impl Config {
         toml::to_string_pretty(self)
             .unwrap_or_else(|e| format!("# config could not be written: {e}\n"))
     }
+}
+
+/// Takes the policy loss's settings (`fulcrum_core::LossParams`'s keys) out of the `[ppo]` table
+/// and reads them, after refusing any `[ppo]` key that is neither one of them nor one of
+/// `PpoConfig`'s own. What is left of `[ppo]` is `PpoConfig`'s.
+fn take_loss_params(table: &mut toml::Table, file: &str) -> Result<LossParams, TrainError> {
+    let key_error = |key: String, message: String| TrainError::ConfigKey {
+        file: file.to_string(),
+        key,
+        message,
+    };
+    let Some(ppo) = table.get_mut("ppo").and_then(toml::Value::as_table_mut) else {
+        // No table, or not a table (which reading `PpoConfig` reports).
+        return Ok(LossParams::default());
+    };
+    let keys_of = |value: toml::Table| value.into_iter().map(|(k, _)| k).collect::<Vec<_>>();
+    let known = keys_of(toml::Table::try_from(PpoConfig::default()).unwrap_or_default());
+    if let Some(k) = ppo.keys().find(|k| !known.contains(k)) {
+        let expected: Vec<String> = known.iter().map(|k| format!("`{k}`")).collect();
+        return Err(key_error(
+            "ppo".into(),
+            format!(
+                "unknown field `{k}`, expected one of {}",
+                expected.join(", ")
+            ),
+        ));
+    }
+    let mut mine = toml::Table::new();
+    for k in keys_of(toml::Table::try_from(LossParams::default()).unwrap_or_default()) {
+        if let Some(v) = ppo.remove(&k) {
+            mine.insert(k, v);
+        }
+    }
+    serde_path_to_error::deserialize(toml::Value::Table(mine)).map_err(|e| {
+        let key = format!("ppo.{}", e.path());
+        key_error(key, e.into_inner().to_string().trim_end().to_string())
+    })
 }
 
 /// Applies one `key.path=value` override to the raw table. The value is read as TOML (so
@@ -182,8 +223,8 @@ mod tests {
         .unwrap();
         assert_eq!(c.steps, 8);
         assert_eq!(c.rule, Rule::BaBatch);
-        assert_eq!(c.ppo.eps_high, 0.3);
-        assert_eq!(c.ppo.eps_low, 0.1);
+        assert_eq!(c.ppo.params.eps_high, 0.3);
+        assert_eq!(c.ppo.params.eps_low, 0.1);
         let c = Config::load(None, &["task.difficulty=4".into()]).unwrap();
         assert_eq!(c.task.difficulty, 4);
     }

@@ -12,10 +12,10 @@
 
 use std::path::{Path, PathBuf};
 
-use fulcrum_core::{BaCount, ClipParams, Estimator, KlEstimator, LossParams, PolicyLoss, Rule};
+use fulcrum_core::{BaCount, Estimator, KlEstimator, LossParams, PolicyLoss, Rule};
 use fulcrum_model::{DeviceChoice, Dtype, GgufDtype, LoraConfig};
 use fulcrum_rollout::EngineKind;
-use fulcrum_tasks::code::SandboxChoice;
+use fulcrum_tasks::SandboxChoice;
 use fulcrum_tasks::TaskConfig;
 use serde::{Deserialize, Serialize};
 
@@ -96,6 +96,21 @@ pub struct Config {
     /// Data parallelism over several processes (`fulcrum train --nproc N`, or a launcher's
     /// `RANK`/`WORLD_SIZE`/`MASTER_ADDR`/`MASTER_PORT`); ignored in one process.
     pub dist: DistConfig,
+}
+
+/// What every training forward of the policy needs, gathered from three sections: the
+/// temperature the log-probabilities are taken at, how responses are cut into micro-batches
+/// and forwarded, and how memory is traded for compute.
+#[derive(Debug, Clone, Copy)]
+pub struct ForwardSettings {
+    /// `rollout.temperature`: training log-probabilities use the sampling temperature.
+    pub temperature: f64,
+    /// `ppo.micro_batch_size`.
+    pub micro_batch_size: usize,
+    /// `ppo.share_prompt`, unless `model.checkpoint_activations` rules it out.
+    pub share_prompt: bool,
+    /// `model.checkpoint_activations`.
+    pub memory: fulcrum_model::masked_logprobs::MemoryOptions,
 }
 
 /// Data parallelism on c10d (Gloo on CPU, NCCL on CUDA).
@@ -208,12 +223,6 @@ pub struct PpoConfig {
     pub mini_batches: usize,
     /// Responses per forward/backward pass (gradient accumulation inside a mini-batch).
     pub micro_batch_size: usize,
-    /// Lower clip range.
-    pub eps_low: f64,
-    /// Upper clip range (DAPO's clip-higher: 0.28).
-    pub eps_high: f64,
-    /// Dual-clip constant `c > 1`.
-    pub dual_clip_c: f64,
     /// KL-to-reference coefficient (0: no reference model is kept).
     pub kl_coef: f64,
     /// KL estimator: k1 or k3.
@@ -228,27 +237,12 @@ pub struct PpoConfig {
     /// The policy loss: `ppo` (default), `gspo`, `cispo`, `sapo`, `gmpo`, `clip-cov`, `kl-cov`
     /// (`fulcrum_core::policy_loss`; each loss reads only its own settings below).
     pub loss: PolicyLoss,
-    /// GSPO's clip of the sequence ratio, `[1 - gspo_eps_low, 1 + gspo_eps_high]`.
-    pub gspo_eps_low: f64,
-    pub gspo_eps_high: f64,
-    /// CISPO's clip of the importance weight, `[1 - cispo_eps_low, 1 + cispo_eps_high]`.
-    pub cispo_eps_low: f64,
-    pub cispo_eps_high: f64,
-    /// SAPO's gate temperatures for positive and negative advantages.
-    pub sapo_tau_pos: f64,
-    pub sapo_tau_neg: f64,
-    /// GMPO's clip of each token's log-ratio, `[-gmpo_clip_low, gmpo_clip_high]`.
-    pub gmpo_clip_low: f64,
-    pub gmpo_clip_high: f64,
-    /// Clip-Cov: the fraction of loss tokens whose gradient is cut, drawn among those with
-    /// covariance in `(clip_cov_lb, clip_cov_ub)`.
-    pub clip_cov_frac: f64,
-    pub clip_cov_lb: f64,
-    pub clip_cov_ub: f64,
-    /// KL-Cov: the fraction of loss tokens (largest covariance) penalised by
-    /// `kl_cov_coef * |logp - logp_old|`.
-    pub kl_cov_frac: f64,
-    pub kl_cov_coef: f64,
+    /// Every loss's settings, `ppo.eps_low` ... `ppo.kl_cov_coef`: the keys, their defaults and
+    /// meanings are `fulcrum_core::LossParams`'s, written in this `[ppo]` table. Read by
+    /// `Config::from_table` (serde cannot combine a flattened struct with the unknown-key
+    /// check), written here.
+    #[serde(flatten, skip_deserializing)]
+    pub params: LossParams,
     /// Forward each prompt once per micro-batch and its group's responses after it
     /// (`fulcrum_model::shared_prompt`), instead of the prompt again in every response's row:
     /// the same loss and gradient up to float rounding. Micro-batches then hold responses of
@@ -413,34 +407,17 @@ impl Default for RolloutConfig {
 
 impl Default for PpoConfig {
     fn default() -> Self {
-        let clip = ClipParams::default();
-        let lp = LossParams::default();
         Self {
             epochs: 1,
             mini_batches: 1,
             micro_batch_size: 32,
-            eps_low: clip.eps_low,
-            eps_high: 0.28,
-            dual_clip_c: clip.dual_clip_c,
             kl_coef: 0.0,
             kl_estimator: KlEstimator::K3,
             entropy_coef: 0.0,
             skip_zero_weight: true,
             share_prompt: true,
             loss: PolicyLoss::Ppo,
-            gspo_eps_low: lp.gspo_eps_low,
-            gspo_eps_high: lp.gspo_eps_high,
-            cispo_eps_low: lp.cispo_eps_low,
-            cispo_eps_high: lp.cispo_eps_high,
-            sapo_tau_pos: lp.sapo_tau_pos,
-            sapo_tau_neg: lp.sapo_tau_neg,
-            gmpo_clip_low: lp.gmpo_clip_low,
-            gmpo_clip_high: lp.gmpo_clip_high,
-            clip_cov_frac: lp.clip_cov_frac,
-            clip_cov_lb: lp.clip_cov_lb,
-            clip_cov_ub: lp.clip_cov_ub,
-            kl_cov_frac: lp.kl_cov_frac,
-            kl_cov_coef: lp.kl_cov_coef,
+            params: LossParams::default(),
         }
     }
 }
@@ -502,33 +479,13 @@ impl Config {
         }
     }
 
-    /// The clip settings of the policy loss.
-    pub fn clip(&self) -> ClipParams {
-        ClipParams {
-            eps_low: self.ppo.eps_low,
-            eps_high: self.ppo.eps_high,
-            dual_clip_c: self.ppo.dual_clip_c,
-        }
-    }
-
-    /// The policy loss's settings.
-    pub fn loss_params(&self) -> LossParams {
-        let p = &self.ppo;
-        LossParams {
-            clip: self.clip(),
-            gspo_eps_low: p.gspo_eps_low,
-            gspo_eps_high: p.gspo_eps_high,
-            cispo_eps_low: p.cispo_eps_low,
-            cispo_eps_high: p.cispo_eps_high,
-            sapo_tau_pos: p.sapo_tau_pos,
-            sapo_tau_neg: p.sapo_tau_neg,
-            gmpo_clip_low: p.gmpo_clip_low,
-            gmpo_clip_high: p.gmpo_clip_high,
-            clip_cov_frac: p.clip_cov_frac,
-            clip_cov_lb: p.clip_cov_lb,
-            clip_cov_ub: p.clip_cov_ub,
-            kl_cov_frac: p.kl_cov_frac,
-            kl_cov_coef: p.kl_cov_coef,
+    /// What every training forward needs (`[rollout]`, `[ppo]`, `[model]`).
+    pub fn forward(&self) -> ForwardSettings {
+        ForwardSettings {
+            temperature: self.rollout.temperature,
+            micro_batch_size: self.ppo.micro_batch_size,
+            share_prompt: self.ppo.share_prompt && !self.model.checkpoint_activations,
+            memory: self.memory(),
         }
     }
 

@@ -121,9 +121,10 @@ impl Config {
             );
         }
         let p = &self.ppo;
-        self.clip()
+        p.params
+            .clip()
             .validate()
-            .and_then(|()| self.loss_params().validate(p.loss))
+            .and_then(|()| p.params.validate(p.loss))
             .or_else(|e| match e {
                 fulcrum_core::CoreError::InvalidParam { name, why } => {
                     bad(&format!("ppo.{name}"), why)

@@ -7,6 +7,7 @@ pub mod eval;
 pub mod fetch_assets;
 pub mod generate;
 pub mod launch;
+pub mod progress;
 pub mod report;
 pub mod runtime;
 pub mod score;

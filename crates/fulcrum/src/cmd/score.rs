@@ -13,7 +13,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use fulcrum_tasks::code::{set_sandbox_choice, CodeRunner, SandboxChoice};
+use fulcrum_tasks::code::CodeRunner;
+use fulcrum_tasks::sandbox::{set_sandbox_choice, SandboxChoice};
 use fulcrum_tasks::{parse_requests, score_requests};
 use fulcrum_tasks::{RewardMode, Verifier};
 

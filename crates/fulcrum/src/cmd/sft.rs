@@ -12,7 +12,7 @@ pub struct Args {
     /// `[sft]`, `[model]` and `[task]` of this config are used.
     #[command(flatten)]
     pub source: super::train::ConfigArgs,
-    /// No progress bar.
+    /// No progress on stderr (a bar on a terminal; otherwise a line every few seconds).
     #[arg(long)]
     pub quiet: bool,
 }
@@ -22,7 +22,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
     if cfg.sft.steps == 0 {
         anyhow::bail!("sft.steps is 0: nothing to do");
     }
-    let pb = super::train::bar(args.quiet);
+    let pb = super::progress::Progress::new(args.quiet);
     let mut skipped_steps = 0;
     let mut on = |e: Event<'_>| {
         if let Event::Sft {
@@ -32,15 +32,12 @@ pub fn run(args: Args) -> Result<ExitCode> {
             skipped,
         } = e
         {
-            pb.set_prefix("sft");
-            pb.set_length(total);
-            pb.set_position(step);
-            pb.set_message(format!("loss {loss:.3}"));
+            pb.set("sft", step, total, format!("loss {loss:.3}"));
             skipped_steps = skipped;
         }
     };
     let (dir, accuracy) = fulcrum_train::warm_up(&cfg, &mut on)?;
-    pb.finish_and_clear();
+    pb.finish();
     if skipped_steps > 0 {
         eprintln!("fulcrum: SFT skipped {skipped_steps} steps (non-finite loss or gradient)");
     }

@@ -7,7 +7,8 @@ use std::process::ExitCode;
 use anyhow::{Context, Result};
 use fulcrum_train::Config;
 use fulcrum_train::{Event, RunSummary};
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+use super::progress::Progress;
 
 /// Where a config comes from (shared by `train` and `sft`): defaults < `--config` < `--set`.
 #[derive(Debug, clap::Args)]
@@ -60,7 +61,7 @@ pub struct Args {
     /// wrote the latest checkpoint (the differing keys are still printed).
     #[arg(long, requires = "resume")]
     pub force: bool,
-    /// No progress bar (also off when stderr is not a terminal).
+    /// No progress on stderr (a bar on a terminal; otherwise a line every few seconds).
     #[arg(long)]
     pub quiet: bool,
     /// Print the resolved config (defaults < --config < --set) as TOML and exit.
@@ -71,20 +72,6 @@ pub struct Args {
     /// RANK / WORLD_SIZE / LOCAL_RANK / MASTER_ADDR / MASTER_PORT instead.
     #[arg(long, value_name = "N")]
     pub nproc: Option<usize>,
-}
-
-/// A progress bar on stderr, hidden when not on a terminal or with `--quiet`.
-pub fn bar(quiet: bool) -> ProgressBar {
-    let b = ProgressBar::with_draw_target(Some(0), ProgressDrawTarget::stderr());
-    if quiet {
-        b.set_draw_target(ProgressDrawTarget::hidden());
-    }
-    b.set_style(
-        ProgressStyle::with_template("{prefix:>5} [{bar:30}] {pos}/{len} {msg}")
-            .unwrap_or_else(|_| ProgressStyle::default_bar())
-            .progress_chars("=> "),
-    );
-    b
 }
 
 pub fn run(args: Args) -> Result<ExitCode> {
@@ -111,7 +98,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
     }
     let launch = launch.filter(|l| l.world > 1);
     let main_rank = launch.as_ref().is_none_or(|l| l.rank == 0);
-    let pb = bar(args.quiet || !main_rank);
+    let pb = Progress::new(args.quiet || !main_rank);
     let mut held_out = String::from("-");
     let mut on = |e: Event<'_>| match e {
         Event::Sft {
@@ -120,23 +107,20 @@ pub fn run(args: Args) -> Result<ExitCode> {
             loss,
             skipped,
         } => {
-            pb.set_prefix("sft");
-            pb.set_length(total);
-            pb.set_position(step);
-            pb.set_message(format!("loss {loss:.3}"));
+            pb.set("sft", step, total, format!("loss {loss:.3}"));
             if step == total && skipped > 0 {
-                pb.println(format!(
+                pb.say(format!(
                     "fulcrum: SFT skipped {skipped} of {total} steps (non-finite loss or gradient)"
                 ));
             }
         }
-        Event::SftCached { path } => pb.println(format!(
+        Event::SftCached { path } => pb.say(format!(
             "fulcrum: SFT warm-up reused from {}",
             path.display()
         )),
         Event::Eval { step, result } => {
             held_out = format!("{:.3}", result.accuracy);
-            pb.println(format!(
+            pb.say(format!(
                 "step {step:>4}: held-out accuracy {:.3} (pass@{} {:.3})",
                 result.accuracy, result.k, result.pass_at_k
             ));
@@ -145,17 +129,18 @@ pub fn run(args: Args) -> Result<ExitCode> {
             step,
             total,
             metrics,
-        } => {
-            pb.set_prefix("grpo");
-            pb.set_length(total);
-            pb.set_position(step);
-            pb.set_message(format!(
-                "reward {:.3} len {:.1} held-out {held_out} {:.0} tok/s",
+        } => pb.set(
+            "grpo",
+            step,
+            total,
+            format!(
+                "reward {:.3} train accuracy {:.3} held-out {held_out} len {:.1} {:.0} tok/s",
                 metrics.reward_mean,
+                metrics.acc_train,
                 metrics.len_mean,
                 metrics.sample_tokens_per_s()
-            ));
-        }
+            ),
+        ),
         Event::Checkpoint { .. } => {}
     };
     let summary = match &args.resume {
@@ -185,7 +170,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
             }
         }
     };
-    pb.finish_and_clear();
+    pb.finish();
     if main_rank {
         print_summary(&summary);
     }

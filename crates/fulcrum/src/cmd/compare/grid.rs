@@ -220,7 +220,7 @@ pub fn state(cell: &Cell) -> Result<CellState> {
     let (old, _) = fulcrum_train::resolve_runtime(&old)?;
     let (mut new, _) = fulcrum_train::resolve_runtime(&cell.config)?;
     // So does the sandbox of a run that scores code: `auto` is what the run resolved it to.
-    if new.sandbox == fulcrum_tasks::code::SandboxChoice::Auto {
+    if new.sandbox == fulcrum_tasks::SandboxChoice::Auto {
         new.sandbox = old.sandbox;
     }
     if old.to_toml() != new.to_toml() {

@@ -22,6 +22,7 @@ use anyhow::{Context, Result};
 use fulcrum_train::{Event, RunData};
 use serde_json::json;
 
+use super::progress::Progress;
 use crate::results::summary::{self, Thresholds};
 use grid::{Cell, CellState};
 
@@ -61,7 +62,7 @@ pub struct Args {
     /// than as one run on every core.
     #[arg(long, default_value_t = 1)]
     pub jobs: usize,
-    /// No progress bar (also off when stderr is not a terminal).
+    /// No progress on stderr (a bar on a terminal; otherwise a line every few seconds).
     #[arg(long)]
     pub quiet: bool,
 }
@@ -223,17 +224,14 @@ fn run_grid(
     }
     let total: u64 = pending.iter().map(|(c, _)| c.config.steps).sum::<u64>()
         + pending.first().map_or(0, |(c, _)| c.config.sft.steps) * units.len() as u64;
-    let pb = super::train::bar(quiet);
-    pb.set_length(total);
-    pb.set_prefix("grid");
+    let pb = Progress::new(quiet);
+    let grid =
+        |pb: &Progress, delta: u64, message: String| pb.advance("grid", delta, total, message);
     if done > 0 {
-        say(
-            &pb,
-            format!(
-                "fulcrum: {done} of {} runs already finished: skipped",
-                cells.len()
-            ),
-        );
+        pb.say(format!(
+            "fulcrum: {done} of {} runs already finished: skipped",
+            cells.len()
+        ));
     }
     let numbers: Vec<&Path> = pending.iter().map(|(c, _)| c.dir()).collect();
     let next = AtomicUsize::new(0);
@@ -247,14 +245,14 @@ fn run_grid(
                 if failed.load(Ordering::SeqCst) {
                     break;
                 }
-                if let Err(e) = run_unit(unit, out, &numbers, &pb) {
+                if let Err(e) = run_unit(unit, out, &numbers, &pb, &grid) {
                     failed.store(true, Ordering::SeqCst);
                     errors.lock().unwrap_or_else(|p| p.into_inner()).push(e);
                 }
             });
         }
     });
-    pb.finish_and_clear();
+    pb.finish();
     match errors
         .into_inner()
         .unwrap_or_else(|p| p.into_inner())
@@ -283,7 +281,8 @@ fn run_unit(
     unit: &Unit<'_>,
     out: &Path,
     numbers: &[&Path],
-    pb: &indicatif::ProgressBar,
+    pb: &Progress,
+    grid: &dyn Fn(&Progress, u64, String),
 ) -> Result<()> {
     let (task, seed) = (unit.task, unit.seed);
     let Some((first, _)) = unit.cells.first() else {
@@ -300,22 +299,19 @@ fn run_unit(
         let mut counted = 0u64;
         let mut on = |e: Event<'_>| {
             if let Event::Sft { step, .. } = e {
-                pb.inc(step.saturating_sub(counted));
+                let message = format!("{task} seed {seed}: SFT warm-up");
+                grid(pb, step.saturating_sub(counted), message);
                 counted = counted.max(step);
-                pb.set_message(format!("{task} seed {seed}: SFT warm-up"));
             }
         };
         let (dir, acc) = fulcrum_train::warm_up(&wcfg, &mut on)
             .with_context(|| format!("SFT warm-up of {task}, seed {seed}"))?;
-        pb.inc(wcfg.sft.steps.saturating_sub(counted));
-        say(
-            pb,
-            format!(
-                "{task} seed {seed}: warm-up {} (held-out accuracy {})",
-                dir.display(),
-                acc.map_or("-".into(), |a| format!("{a:.3}"))
-            ),
-        );
+        grid(pb, wcfg.sft.steps.saturating_sub(counted), String::new());
+        pb.say(format!(
+            "{task} seed {seed}: warm-up {} (held-out accuracy {})",
+            dir.display(),
+            acc.map_or("-".into(), |a| format!("{a:.3}"))
+        ));
         Some(dir)
     } else {
         None
@@ -334,9 +330,14 @@ fn run_unit(
         let mut counted = 0u64;
         let mut on = |e: Event<'_>| match e {
             Event::Step { step, metrics, .. } => {
-                pb.inc(step.saturating_sub(counted));
+                let message = format!(
+                    "{label}: step {step}, reward {:.3}, train accuracy {:.3}, {:.0} tok/s",
+                    metrics.reward_mean,
+                    metrics.acc_train,
+                    metrics.sample_tokens_per_s()
+                );
+                grid(pb, step.saturating_sub(counted), message);
                 counted = counted.max(step);
-                pb.set_message(format!("{label}: reward {:.3}", metrics.reward_mean));
             }
             Event::SftCached { path } => reused = Some(path.to_path_buf()),
             Event::Sft { .. } => trained_own = true,
@@ -358,24 +359,11 @@ fn run_unit(
                     .map_or("-".into(), |w| w.display().to_string())
             );
         }
-        pb.inc(cell.config.steps.saturating_sub(counted));
-        say(
-            pb,
-            format!(
-                "{label}: held-out accuracy {:.3} after {} steps ({:.0} s)",
-                summary.final_accuracy, summary.steps, summary.wall_seconds
-            ),
-        );
+        grid(pb, cell.config.steps.saturating_sub(counted), String::new());
+        pb.say(format!(
+            "{label}: held-out accuracy {:.3} after {} steps ({:.0} s)",
+            summary.final_accuracy, summary.steps, summary.wall_seconds
+        ));
     }
     Ok(())
-}
-
-/// A log line on stderr: above the bar when one is drawn, plainly otherwise (indicatif drops
-/// `println` on a hidden bar, and the lines matter most in logs and with `--quiet`).
-fn say(pb: &indicatif::ProgressBar, line: String) {
-    if pb.is_hidden() {
-        eprintln!("{line}");
-    } else {
-        pb.println(line);
-    }
 }

@@ -19,6 +19,7 @@ use fulcrum_tasks::{create_task, Example, Split, Task, TaskConfig};
 use fulcrum_train::{measure_problems, sample_problems, EvalSample, ProblemSampling, EVAL_CHUNK};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
+use super::progress::clock;
 use super::runtime::RuntimeArgs;
 use crate::results::{eval_table, EvalRow};
 use cache::{Key, SampleLine, SamplesFile};
@@ -137,8 +138,8 @@ pub fn run(args: Args) -> Result<ExitCode> {
     // Code benchmarks: the sandbox (FULCRUM_SANDBOX, else auto) is chosen and printed now;
     // when none contains programs, stop here rather than report zeros.
     let task_refs: Vec<&dyn Task> = benches.iter().map(|b| b.task.as_ref()).collect();
-    let choice = fulcrum_tasks::code::sandbox_choice()?;
-    fulcrum_tasks::code::sandbox_for_tasks(choice, &task_refs, 0)?;
+    let choice = fulcrum_tasks::sandbox::sandbox_choice()?;
+    fulcrum_tasks::sandbox_for_tasks(choice, &task_refs, 0)?;
     let spec = ModelSpec::parse(&args.model).with_context(|| format!("--model {}", args.model))?;
     // What the JSON and the samples file name as the model: where the weights came from.
     let model_name = spec
@@ -388,16 +389,6 @@ fn batch_problems(batch_size: usize, n: usize) -> usize {
     1 << fit.ilog2()
 }
 
-/// `1h02m03s`, `4m05s`, `6s`.
-fn clock(secs: f64) -> String {
-    let s = secs.max(0.0).round() as u64;
-    match (s / 3600, s / 60 % 60, s % 60) {
-        (0, 0, s) => format!("{s}s"),
-        (0, m, s) => format!("{m}m{s:02}s"),
-        (h, m, s) => format!("{h}h{m:02}m{s:02}s"),
-    }
-}
-
 /// A log line on stderr: above the bar when one is drawn, plainly otherwise; none with
 /// `--quiet`.
 fn say(pb: &ProgressBar, quiet: bool, line: String) {
@@ -429,8 +420,5 @@ mod tests {
                 assert_eq!(EVAL_CHUNK % p, 0, "{size} {n}");
             }
         }
-        assert_eq!(clock(6.2), "6s");
-        assert_eq!(clock(245.0), "4m05s");
-        assert_eq!(clock(3723.0), "1h02m03s");
     }
 }

@@ -7,9 +7,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::{Mutex, PoisonError};
 
+use super::config::SandboxConfig;
 use super::confine;
-use super::sandbox::SandboxConfig;
-use crate::error::{Result, TaskError};
+use super::error::StartError;
+
+type Result<T> = std::result::Result<T, StartError>;
 
 /// What a bwrap binary supports beyond its 0.4 basics (older Debian and Ubuntu ship older
 /// versions), from its `--help`; asked once per binary.
@@ -68,7 +70,7 @@ pub(crate) fn command(
     let mut filters = Vec::new();
     if features.seccomp {
         // The same seccomp filter as the built-in modes, loaded by bwrap just before exec.
-        for program in confine::seccomp_filters().map_err(TaskError::Sandbox)? {
+        for program in confine::seccomp_filters().map_err(StartError::Setup)? {
             let fd = filter_pipe(&confine::filter_bytes(program))?;
             c.arg("--add-seccomp-fd").arg(fd.as_raw_fd().to_string());
             filters.push(fd);
@@ -101,7 +103,7 @@ fn filter_pipe(bytes: &[u8]) -> Result<OwnedFd> {
     let mut fds = [0 as libc::c_int; 2];
     // SAFETY: pipe2 fills the array.
     if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return Err(TaskError::Sandbox(format!(
+        return Err(StartError::Setup(format!(
             "pipe: {}",
             std::io::Error::last_os_error()
         )));
@@ -110,6 +112,6 @@ fn filter_pipe(bytes: &[u8]) -> Result<OwnedFd> {
     let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
     std::fs::File::from(write)
         .write_all(bytes)
-        .map_err(|e| TaskError::Sandbox(format!("seccomp filter pipe: {e}")))?;
+        .map_err(|e| StartError::Setup(format!("seccomp filter pipe: {e}")))?;
     Ok(read)
 }

@@ -35,10 +35,12 @@ use landlock::{
 use libc::c_int;
 use seccompiler::BpfProgram;
 
+use super::config::{is_root, RunDir, SandboxConfig, SandboxMode, SANDBOX_UID};
 use super::confine;
+use super::error::StartError;
 use super::layout::{check, cstring, host_rules, namespace_layout, remount, Op, Rules, MAX_OPS};
-use super::sandbox::{is_root, RunDir, SandboxConfig, SandboxMode, SANDBOX_UID};
-use crate::error::{Result, TaskError};
+
+type Result<T> = std::result::Result<T, StartError>;
 
 /// Every namespace but the user namespace (added when not root).
 const NS_FLAGS: c_int = libc::CLONE_NEWNS
@@ -354,12 +356,12 @@ pub(crate) fn command(cfg: &SandboxConfig, dir: &RunDir, id: &str) -> Result<(Co
         (Vec::new(), host_rules(dir)?)
     };
     let ruleset = confine::ruleset(!namespaces, runner_is_root)
-        .map_err(|e| TaskError::Sandbox(format!("Landlock: {e}")))?;
-    let filters = confine::seccomp_filters().map_err(TaskError::Sandbox)?;
+        .map_err(|e| StartError::Setup(format!("Landlock: {e}")))?;
+    let filters = confine::seccomp_filters().map_err(StartError::Setup)?;
     let mut fds = [0 as c_int; 2];
     // SAFETY: pipe2 fills the array.
     if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) } != 0 {
-        return Err(TaskError::Sandbox(format!(
+        return Err(StartError::Setup(format!(
             "pipe: {}",
             io::Error::last_os_error()
         )));

@@ -21,8 +21,9 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use super::config::{is_root, RunOutput, SandboxConfig, SandboxMode};
 use super::confine::landlock_abi;
-use super::sandbox::{is_root, run_python, RunOutput, SandboxConfig, SandboxMode};
+use super::run::run_python;
 
 /// The environment variable that chooses the sandbox where no config key or flag did.
 pub const SANDBOX_ENV: &str = "FULCRUM_SANDBOX";
@@ -32,7 +33,12 @@ const HOW_TO_GET: &str = "Install bubblewrap (as root: `apt-get install -y bubbl
     programs you trust: opt into the weak rlimit-only mode with sandbox = \"unsafe-rlimit\" \
     (trainer config), --sandbox unsafe-rlimit (fulcrum score) or FULCRUM_SANDBOX=unsafe-rlimit";
 
-const VALID: &str = "auto, bwrap, namespaces, landlock, unsafe-rlimit";
+/// Every valid choice: `auto`, then each mode (as [`SandboxMode`] spells it).
+fn valid_choices() -> Vec<&'static str> {
+    std::iter::once("auto")
+        .chain(SandboxMode::ALL.iter().map(|m| m.name()))
+        .collect()
+}
 
 /// Why no sandbox, or not the one asked for.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -56,7 +62,7 @@ pub enum SandboxError {
     #[error("{0}")]
     UnknownMode(String),
     /// `FULCRUM_SANDBOX` holds no mode name.
-    #[error("{var}={given:?} is not a sandbox mode; valid: {valid}", var = SANDBOX_ENV, valid = VALID)]
+    #[error("{var}={given:?} is not a sandbox mode; valid: {valid}", var = SANDBOX_ENV, valid = valid_choices().join(", "))]
     BadEnv {
         /// The variable's value.
         given: String,
@@ -97,7 +103,10 @@ impl FromStr for SandboxChoice {
         if s.trim() == "auto" {
             return Ok(SandboxChoice::Auto);
         }
-        s.parse().map(SandboxChoice::Mode)
+        s.trim().parse().map(SandboxChoice::Mode).map_err(|_| {
+            let e = fulcrum_core::names::unknown_name("sandbox mode", s.trim(), &valid_choices());
+            SandboxError::UnknownMode(e.to_string())
+        })
     }
 }
 
@@ -129,7 +138,7 @@ impl SandboxChoice {
         match self {
             SandboxChoice::Auto => {
                 let mut tried = Vec::new();
-                for mode in SandboxMode::ALL.into_iter().filter(|m| m.contains()) {
+                for mode in SandboxMode::ALL.iter().copied().filter(|m| m.contains()) {
                     match probe(mode, base) {
                         Ok(detail) => {
                             tried.push(detail);

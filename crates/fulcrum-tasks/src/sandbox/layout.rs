@@ -16,9 +16,11 @@ use std::path::Path;
 use landlock::{AccessFs, BitFlags};
 use libc::{c_int, c_ulong};
 
+use super::config::{RunDir, SandboxConfig};
 use super::confine;
-use super::sandbox::{RunDir, SandboxConfig};
-use crate::error::{Result, TaskError};
+use super::error::StartError;
+
+type Result<T> = std::result::Result<T, StartError>;
 
 /// One step of building the private root.
 pub(crate) enum Op {
@@ -113,7 +115,7 @@ pub(crate) fn check(rc: c_int) -> io::Result<()> {
 
 pub(crate) fn cstring(p: impl AsRef<Path>) -> Result<CString> {
     CString::new(p.as_ref().as_os_str().as_bytes())
-        .map_err(|_| TaskError::Sandbox(format!("path {:?} holds a NUL byte", p.as_ref())))
+        .map_err(|_| StartError::Setup(format!("path {:?} holds a NUL byte", p.as_ref())))
 }
 
 /// The flags of the mount holding `path` that a user namespace locks (nosuid, nodev, noexec,
@@ -123,7 +125,7 @@ fn locked_flags(path: &Path) -> Result<c_ulong> {
     // SAFETY: statvfs fills the struct; c is NUL-terminated.
     let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
     if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
-        return Err(TaskError::io(path, io::Error::last_os_error()));
+        return Err(StartError::io(path, io::Error::last_os_error()));
     }
     let pairs = [
         (libc::ST_RDONLY, libc::MS_RDONLY),
@@ -283,7 +285,7 @@ pub(crate) fn namespace_layout(
         Op::Tmpfs {
             at: at("tmp")?,
             data: CString::new(format!("size={},mode=1777", cfg.max_file_bytes))
-                .map_err(|e| TaskError::Sandbox(e.to_string()))?,
+                .map_err(|e| StartError::Setup(e.to_string()))?,
             flags: nosuid_nodev,
         },
     ));
@@ -306,7 +308,7 @@ pub(crate) fn namespace_layout(
     rules.push((c"/tmp".to_owned(), confine::read_write()));
     rules.extend(device_rules("")?);
     if ops.len() > MAX_OPS {
-        return Err(TaskError::Sandbox("too many mount steps".into()));
+        return Err(StartError::Setup("too many mount steps".into()));
     }
     Ok((ops, rules))
 }
