@@ -7,27 +7,40 @@ each, drawn with a fixed seed; the training set is every remaining product (570)
 the remaining additions, shuffled. No (operation, a, b) is in both files.
 
     python3 tools/make_arith_chat.py        # rewrites data/arith/chat_train.jsonl, chat_heldout.jsonl
+
+The same problems in a reasoning format (the real-model study's setting B, docs/study-real/): the
+prompt asks for the working first and the answer on the last line, so a response's length varies
+with how the model reasons, and wrong answers can run long:
+
+    python3 tools/make_arith_chat.py --reasoning   # data/arith/chat_reason_train.jsonl, ..._heldout.jsonl
 """
 import json
 import random
+import sys
 from pathlib import Path
 
 SEED = 20261205
 PER_FAMILY_HELDOUT = 150
 
 
-def record(op, a, b):
+def record(op, a, b, reasoning=False):
     value = a + b if op == "+" else a * b
     name = "add" if op == "+" else "mul"
+    ask = (
+        "Work it out step by step, then give the final answer on the last line as \"Answer: N\"."
+        if reasoning
+        else "Answer with just the number."
+    )
     return {
         "id": f"{name}-{a}-{b}",
-        "prompt": f"What is {a} {op} {b}? Answer with just the number.",
+        "prompt": f"What is {a} {op} {b}? {ask}",
         "answer": str(value),
         "verifier": "math",
     }
 
 
 def main():
+    reasoning = "--reasoning" in sys.argv[1:]
     rng = random.Random(SEED)
     adds = [("+", a, b) for a in range(10, 100) for b in range(10, 100)]
     muls = [("*", a, b) for a in range(2, 10) for b in range(10, 100)]
@@ -40,10 +53,11 @@ def main():
     rng.shuffle(train)
     assert not set(heldout) & set(train)
     out = Path(__file__).resolve().parent.parent / "data" / "arith"
-    for name, rows in (("chat_train.jsonl", train), ("chat_heldout.jsonl", heldout)):
+    stem = "chat_reason" if reasoning else "chat"
+    for name, rows in ((f"{stem}_train.jsonl", train), (f"{stem}_heldout.jsonl", heldout)):
         with open(out / name, "w") as f:
             for r in rows:
-                f.write(json.dumps(record(*r)) + "\n")
+                f.write(json.dumps(record(*r, reasoning=reasoning)) + "\n")
         print(f"{name}: {len(rows)} records")
 
 
