@@ -80,29 +80,8 @@ report() {
     echo "study-real: $docs/analysis.json and $docs/report.md" >&2
 }
 
-pack() {
-    local list
-    list=$(mktemp)
-    for summary in "$root"/*/runs/*/*-seed*/summary.json; do
-        [ -f "$summary" ] || continue
-        local d
-        d=$(dirname "$summary")
-        for f in config.toml metrics.jsonl eval.jsonl summary.json; do
-            [ -f "$d/$f" ] && echo "$d/$f"
-        done
-    done | LC_ALL=C sort >"$list"
-    for m in "$root"/*/compare.json "$root"/*/summary.json; do [ -f "$m" ] && echo "$m"; done >>"$list"
-    tar --create --gzip --file "$docs/runs.tar.gz" --owner=0 --group=0 --mtime=2026-01-01 \
-        --files-from "$list"
-    echo "study-real: $(grep -c 'seed[0-9]*/summary.json' "$list") finished runs packed into $docs/runs.tar.gz" >&2
-    rm -f "$list"
-}
-
-unpack() {
-    [ -f "$docs/runs.tar.gz" ] || { echo "study-real: no $docs/runs.tar.gz" >&2; return 0; }
-    tar --extract --gzip --file "$docs/runs.tar.gz" --skip-old-files
-    echo "study-real: finished runs restored from $docs/runs.tar.gz" >&2
-}
+pack() { scripts/runs-archive.sh pack "$root" "$docs/runs.tar.gz"; }
+unpack() { scripts/runs-archive.sh unpack "$docs/runs.tar.gz"; }
 
 phase=${1:-all}
 case $phase in

@@ -87,32 +87,8 @@ stress() {
         --set "optim.lr=$stress_lr" --set ppo.mini_batches=4
 }
 
-# The files of a finished run that the analysis and compare's resume need (no checkpoints: a
-# finished run is never resumed), for every finished run, in one deterministic archive.
-pack() {
-    local list
-    list=$(mktemp)
-    for summary in "$root"/*/runs/*/*-seed*/summary.json; do
-        [ -f "$summary" ] || continue
-        local d
-        d=$(dirname "$summary")
-        for f in config.toml metrics.jsonl eval.jsonl summary.json; do
-            [ -f "$d/$f" ] && echo "$d/$f"
-        done
-    done | LC_ALL=C sort >"$list"
-    for m in "$root"/*/compare.json; do [ -f "$m" ] && echo "$m"; done >>"$list"
-    tar --create --gzip --file docs/study/runs.tar.gz --owner=0 --group=0 --mtime=2026-01-01 \
-        --files-from "$list"
-    echo "study2: $(grep -c summary.json "$list") finished runs packed into docs/study/runs.tar.gz" >&2
-    rm -f "$list"
-}
-
-unpack() {
-    [ -f docs/study/runs.tar.gz ] || { echo "study2: no docs/study/runs.tar.gz" >&2; return 0; }
-    # A run already here (finished or resuming) is kept as it is.
-    tar --extract --gzip --file docs/study/runs.tar.gz --skip-old-files
-    echo "study2: finished runs restored from docs/study/runs.tar.gz" >&2
-}
+pack() { scripts/runs-archive.sh pack "$root" docs/study/runs.tar.gz; }
+unpack() { scripts/runs-archive.sh unpack docs/study/runs.tar.gz; }
 
 report() {
     for d in "$root"/*/; do

@@ -17,6 +17,10 @@ pub enum ModelError {
         path: PathBuf,
         error: std::io::Error,
     },
+    /// A checkpoint folder (one with a `manifest.json`) whose files do not match their
+    /// manifest: missing, truncated, corrupt, unlisted, or of another format version.
+    #[error("checkpoint {path}: {message}")]
+    Checkpoint { path: PathBuf, message: String },
     /// A JSON file (config.json, tokenizer_config.json, ...) did not parse.
     #[error("{path}: {message}")]
     Json { path: PathBuf, message: String },
@@ -30,6 +34,29 @@ pub enum ModelError {
     /// A GGUF file could not be read or lacks something we need.
     #[error("{path}: gguf: {message}")]
     Gguf { path: PathBuf, message: String },
+    /// A hyper-parameter of a model (a field of `config.json`, a GGUF metadata key) that is
+    /// missing, of the wrong type, out of range or inconsistent with another: found before
+    /// any tensor is made.
+    #[error("{path}: field `{field}`: {problem}")]
+    HyperParameter {
+        path: PathBuf,
+        field: String,
+        problem: HyperProblem,
+    },
+    /// A hyper-parameter that the weight files contradict (an embedding with other rows than
+    /// the vocabulary, fewer layers than the config counts): found from the files' headers,
+    /// before any tensor is read.
+    #[error("{config}: field `{field}` = {value}, but {weights} {found}")]
+    WeightsDisagree {
+        config: PathBuf,
+        field: String,
+        value: i64,
+        weights: PathBuf,
+        found: String,
+    },
+    /// A safetensors file whose header is malformed or names data outside the file.
+    #[error("{path}: safetensors header: {message}")]
+    Header { path: PathBuf, message: String },
 
     // --- weights -----------------------------------------------------------------------------
     /// A tensor the model needs is not in the weight files.
@@ -74,6 +101,33 @@ pub enum ModelError {
         context: String,
         error: tch::TchError,
     },
+}
+
+/// What is wrong with one hyper-parameter ([`ModelError::HyperParameter`]).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum HyperProblem {
+    /// A required field is absent.
+    #[error("is missing")]
+    Missing,
+    /// The value is not of the field's type (a string, a fraction where an integer belongs).
+    #[error("expected {expected}, got {got}")]
+    WrongType { expected: &'static str, got: String },
+    /// Below the smallest meaningful value (zero heads, a negative size).
+    #[error("must be at least {min}, got {value}")]
+    TooSmall { value: String, min: String },
+    /// Above the bound of [`crate::limits::model`]: no real model comes near it.
+    #[error("{value} is more than {limit}, the most fulcrum accepts ({why})")]
+    TooLarge {
+        value: String,
+        limit: String,
+        why: &'static str,
+    },
+    /// A float that must be finite and positive is not (`rope_theta`, `rms_norm_eps`).
+    #[error("must be finite and > 0, got {value}")]
+    NotPositiveFinite { value: String },
+    /// The value does not fit the others (kv heads that do not divide the heads, ...).
+    #[error("{0}")]
+    Inconsistent(String),
 }
 
 /// `Result` with [`ModelError`].

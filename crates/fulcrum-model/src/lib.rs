@@ -6,16 +6,21 @@
 //! ([`Runtime`], [`DeviceChoice`], [`Dtype`]), sampling ([`generate`]), log-probabilities,
 //! [`AdamW`], and the model's and optimizer's files of a checkpoint. Modules, bottom up:
 //!
-//! - `config`: [`ModelConfig`] from HF `config.json` or GGUF metadata;
+//! - `config`: [`ModelConfig`] from HF `config.json` or GGUF metadata, every hyper-parameter
+//!   checked (alone, against the others, against the bounds of [`limits`], and against the
+//!   weight files' headers) before any tensor is made;
 //! - `linear`: the linear layer and its LoRA adapter; `transformer`: the network (RmsNorm,
 //!   attention with RoPE, SwiGLU, layers); `kv_cache`: the sampler's cache; `lora`: attaching,
 //!   saving and merging adapters;
-//! - `load` (HF folders, GGUF files), `tokenizer`, `chat_template`, `model`, `spec`;
+//! - `load` (HF folders, GGUF files), `tokenizer`, `chat_template`, `model`, `spec`; `prompt`:
+//!   a prompt's tokens held against a length limit, also without the weights
+//!   ([`PromptEncoder`]);
 //! - `sampler`: the KV-cache batched sampler; `logprobs` and `masked_logprobs`: per-token
 //!   log-probabilities and entropy for training (the LM head only on response positions);
 //!   `shared_prompt`: the same with a group's common prompt forwarded once;
 //! - `optim`: AdamW, gradient clipping, learning-rate schedules; `checkpoint`: model and
-//!   optimizer files (the trainer owns the checkpoint directory, its version and metadata);
+//!   optimizer files, and the manifest every load of a checkpoint folder is verified against
+//!   (the trainer owns the atomic write and the metadata);
 //! - `runtime`: device, dtype, threads; `error`: [`ModelError`].
 //!
 //! Random streams come from `fulcrum_core::SplitMix64`; libtorch's own generator only draws
@@ -25,6 +30,7 @@ mod checkpoint;
 mod config;
 mod error;
 mod kv_cache;
+pub mod limits;
 mod linear;
 mod load;
 pub mod logprobs;
@@ -32,6 +38,7 @@ pub mod lora;
 pub mod masked_logprobs;
 mod model;
 pub mod optim;
+mod prompt;
 mod runtime;
 pub mod sampler;
 pub mod save_gguf;
@@ -42,11 +49,12 @@ mod torch_seed;
 mod transformer;
 
 pub use chat_template::{ChatTemplate, Message};
-pub use config::{Arch, ModelConfig};
-pub use error::{ModelError, Result};
+pub use config::{Arch, Field, ModelConfig};
+pub use error::{HyperProblem, ModelError, Result};
 pub use logprobs::{sequence_logprobs, token_logprobs, weighted_sum, TokenLogprobs};
 pub use lora::{InvalidLora, LoraConfig};
 pub use model::Model;
+pub use prompt::{encode_within, PromptEncoder, PromptTokens};
 pub use runtime::{DeviceChoice, Dtype, Runtime};
 pub use sampler::{generate, Completion, Finish, SampleRequest, Sampling};
 pub use save_gguf::GgufDtype;
@@ -54,8 +62,9 @@ pub use spec::ModelSpec;
 pub use tokenizer::Tokenizer;
 
 pub use checkpoint::{
-    load_model, load_optimizer, read_named, save_checkpoint_files, save_model_and_optimizer,
-    MASTER_FILE, OPTIMIZER_FILE,
+    is_checkpoint, load_model, load_optimizer, read_named, save_checkpoint_files,
+    save_model_and_optimizer, sha256_file, verify_checkpoint, FileEntry, Manifest,
+    CHECKPOINT_FORMAT, MANIFEST, MASTER_FILE, OPTIMIZER_FILE,
 };
 pub use optim::{
     clip_grad_norm, grad_norm, grads_are_finite, AdamW, AdamWConfig, LrSchedule, Update,

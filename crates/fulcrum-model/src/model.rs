@@ -145,6 +145,12 @@ impl Model {
             .ok_or_else(|| ModelError::ChatTemplate("this model has no chat template".into()))
     }
 
+    /// `text` as the model sees a user's prompt (its chat template, when it has one), encoded
+    /// unless longer than `limit` tokens ([`crate::encode_within`]).
+    pub fn encode_within(&self, text: &str, limit: usize) -> Result<crate::PromptTokens> {
+        crate::prompt::encode_within(self.tokenizer()?, self.chat.as_ref(), text, limit)
+    }
+
     /// Token ids that end a sequence: the config's EOS ids, plus ChatML's `<|im_end|>` when the
     /// model has a chat template.
     pub fn stop_token_ids(&self) -> Vec<i64> {

@@ -146,7 +146,15 @@ pub struct Runtime {
 impl Runtime {
     /// Resolves `device` and `threads` (0: one per core), sets libtorch's thread count, and
     /// says on stderr what an automatic choice picked.
+    /// More than [`crate::limits::MAX_THREADS`] threads is an error.
     pub fn resolve(device: DeviceChoice, threads: usize) -> Result<Runtime> {
+        let max = crate::limits::MAX_THREADS;
+        if threads > max {
+            return Err(ModelError::Invalid(format!(
+                "threads = {threads} is more than {max}, the most fulcrum starts (more than any \
+                 machine's cores; 0 means one per core)"
+            )));
+        }
         let threads = if threads > 0 {
             threads
         } else {
@@ -198,6 +206,10 @@ mod tests {
         let r = Runtime::resolve(DeviceChoice::Cpu, 0).unwrap();
         assert!(r.threads >= 1);
         assert_eq!(Runtime::resolve(DeviceChoice::Cpu, 2).unwrap().threads, 2);
+        let e = Runtime::resolve(DeviceChoice::Cpu, 1 << 40)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("threads") && e.contains("4096"), "{e}");
         assert!("bf17"
             .parse::<Dtype>()
             .unwrap_err()

@@ -184,6 +184,20 @@ pub fn generate(
     if let Some(i) = req.prompts.iter().position(|p| p.is_empty()) {
         return Err(ModelError::Invalid(format!("prompt {i} is empty")));
     }
+    // Backstops of the bounds every command checks on its own flags and keys.
+    use crate::limits::{MAX_SAMPLES_PER_PROMPT, MAX_SEQUENCE_TOKENS};
+    if req.max_new_tokens > MAX_SEQUENCE_TOKENS {
+        return Err(ModelError::Invalid(format!(
+            "max_new_tokens {} is more than {MAX_SEQUENCE_TOKENS}, the most fulcrum samples",
+            req.max_new_tokens
+        )));
+    }
+    if req.samples_per_prompt > MAX_SAMPLES_PER_PROMPT {
+        return Err(ModelError::Invalid(format!(
+            "{} samples per prompt is more than {MAX_SAMPLES_PER_PROMPT}, the most fulcrum samples",
+            req.samples_per_prompt
+        )));
+    }
     let vocab = net.config().vocab_size;
     for (i, p) in req.prompts.iter().enumerate() {
         if let Some(bad) = p.iter().find(|&&t| t < 0 || t >= vocab) {

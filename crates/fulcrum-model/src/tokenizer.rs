@@ -11,6 +11,7 @@ use std::path::Path;
 use tokenizers::decoders::fuse::Fuse;
 use tokenizers::models::bpe::Vocab;
 use tokenizers::models::wordlevel::WordLevel;
+use tokenizers::models::ModelWrapper;
 use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
 use tokenizers::{AddedToken, SplitDelimiterBehavior};
 
@@ -18,6 +19,10 @@ use crate::error::{ModelError, Result};
 
 /// Special tokens of the character tokenizer, in id order.
 pub const CHAR_SPECIALS: [&str; 3] = ["<pad>", "<bos>", "<eos>"];
+
+/// The unknown-token name of the character tokenizer: not in its vocabulary, so that a
+/// character it lacks is never silently encoded (and marks a tokenizer as the character one).
+const CHAR_UNK: &str = "<unk-char>";
 
 fn tok_err(e: impl std::fmt::Display) -> ModelError {
     ModelError::Tokenizer(e.to_string())
@@ -27,6 +32,9 @@ fn tok_err(e: impl std::fmt::Display) -> ModelError {
 #[derive(Clone)]
 pub struct Tokenizer {
     inner: tokenizers::Tokenizer,
+    /// The longest token's text in bytes (added tokens included): a text of `n` bytes is at
+    /// least `n / max_token_bytes` tokens, known without encoding it.
+    max_token_bytes: usize,
 }
 
 impl std::fmt::Debug for Tokenizer {
@@ -38,14 +46,24 @@ impl std::fmt::Debug for Tokenizer {
 impl Tokenizer {
     /// Wrap a `tokenizers` tokenizer built elsewhere (GGUF).
     pub fn from_hf(inner: tokenizers::Tokenizer) -> Self {
-        Tokenizer { inner }
+        let max_token_bytes = inner
+            .get_vocab(true)
+            .keys()
+            .map(String::len)
+            .max()
+            .unwrap_or(1)
+            .max(1);
+        Tokenizer {
+            inner,
+            max_token_bytes,
+        }
     }
 
     /// Load an HF `tokenizer.json`.
     pub fn from_file(path: &Path) -> Result<Self> {
         let inner = tokenizers::Tokenizer::from_file(path)
             .map_err(|e| ModelError::Tokenizer(format!("{}: {e}", path.display())))?;
-        Ok(Tokenizer { inner })
+        Ok(Tokenizer::from_hf(inner))
     }
 
     /// The character-level tokenizer of the tiny model: `<pad>`, `<bos>`, `<eos>`, then newline
@@ -62,7 +80,7 @@ impl Tokenizer {
         }
         let model = WordLevel::builder()
             .vocab(vocab)
-            .unk_token("<unk-char>".into())
+            .unk_token(CHAR_UNK.into())
             .build()
             .map_err(tok_err)?;
         let split = Split::new(
@@ -77,7 +95,7 @@ impl Tokenizer {
         inner
             .add_special_tokens(CHAR_SPECIALS.iter().map(|s| AddedToken::from(*s, true)))
             .map_err(tok_err)?;
-        Ok(Tokenizer { inner })
+        Ok(Tokenizer::from_hf(inner))
     }
 
     /// The underlying `tokenizers` object.
@@ -90,18 +108,41 @@ impl Tokenizer {
         self.inner.get_vocab_size(true)
     }
 
-    /// Token ids of `text` (no BOS/EOS added; special tokens in the text are recognised).
-    pub fn encode(&self, text: &str) -> Result<Vec<i64>> {
-        let enc = self.inner.encode(text, false).map_err(tok_err)?;
-        let ids: Vec<i64> = enc.get_ids().iter().map(|&i| i as i64).collect();
-        if let Some(unk) = self.inner.token_to_id("<unk-char>") {
-            if ids.contains(&(unk as i64)) {
-                return Err(ModelError::Tokenizer(format!(
-                    "the character tokenizer has no id for a character of {text:?}"
-                )));
-            }
+    /// The longest token's text in bytes: every token covers at most this much of a text.
+    pub fn max_token_bytes(&self) -> usize {
+        self.max_token_bytes
+    }
+
+    /// The first character of `text` this tokenizer has no id for. Only the built-in character
+    /// tokenizer (newline and printable ASCII) lacks characters: a byte-level BPE encodes any
+    /// text, so for it this is always `None`.
+    pub fn unknown_char(&self, text: &str) -> Option<char> {
+        let ModelWrapper::WordLevel(model) = self.inner.get_model() else {
+            return None;
+        };
+        if model.unk_token != CHAR_UNK {
+            return None;
         }
-        Ok(ids)
+        let mut buf = [0u8; 4];
+        text.chars()
+            .find(|c| self.inner.token_to_id(c.encode_utf8(&mut buf)).is_none())
+    }
+
+    /// Token ids of `text` (no BOS/EOS added; special tokens in the text are recognised). A
+    /// character the tokenizer lacks is an error naming it and where it is.
+    pub fn encode(&self, text: &str) -> Result<Vec<i64>> {
+        if let Some(c) = self.unknown_char(text) {
+            let at = text.chars().take_while(|&x| x != c).count();
+            let excerpt: String = text.chars().skip(at.saturating_sub(20)).take(40).collect();
+            return Err(ModelError::Tokenizer(format!(
+                "the character tokenizer has no id for the character {c:?} (U+{:04X}), \
+                 character {} of the text (near {excerpt:?})",
+                u32::from(c),
+                at + 1
+            )));
+        }
+        let enc = self.inner.encode(text, false).map_err(tok_err)?;
+        Ok(enc.get_ids().iter().map(|&i| i as i64).collect())
     }
 
     /// Text of `ids`; special tokens are kept when `keep_special` is true.
@@ -144,9 +185,15 @@ mod tests {
     }
 
     #[test]
-    fn char_tokenizer_rejects_characters_it_lacks() {
+    fn char_tokenizer_rejects_characters_it_lacks_naming_them() {
         let t = Tokenizer::chars().unwrap();
-        assert!(t.encode("é").is_err());
+        let e = t.encode("x = caf\u{e9}!").unwrap_err().to_string();
+        assert!(
+            e.contains("'\u{e9}'") && e.contains("U+00E9") && e.contains("character 8"),
+            "{e}"
+        );
+        assert_eq!(t.unknown_char("tab\there"), Some('\t'));
+        assert_eq!(t.unknown_char("all ASCII, {braces} too\n<eos>"), None);
     }
 
     #[test]

@@ -2,6 +2,8 @@
 //! failure (unreachable, timed out, a 5xx, a reply that does not parse) moves the request to
 //! another engine; a rejection (4xx: the request itself is wrong, e.g. a prompt past the
 //! engine's context) fails the step with the engine's own message, since no engine would take it.
+//! An interrupt (the pool's [`crate::Cancel`], the trainer's SIGINT/SIGTERM flag) ends the wait
+//! with [`EngineError::Interrupted`], which is neither: the caller stops.
 
 use thiserror::Error;
 
@@ -31,6 +33,10 @@ pub enum EngineError {
     NoEngineLeft(String),
     #[error("{0}")]
     Config(String),
+    /// The wait was given up because a stop was asked for (the pool's cancel), not because
+    /// anything failed; the request may still be running on the engine.
+    #[error("stopped while waiting on {waiting_on}")]
+    Interrupted { waiting_on: String },
 }
 
 impl EngineError {

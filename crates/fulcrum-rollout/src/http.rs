@@ -1,6 +1,11 @@
 //! The blocking JSON-over-HTTP client every engine uses: one connection pool per engine, a
 //! connect timeout and a total timeout on every call, replies read up to a size limit, and
 //! errors sorted into [`EngineError`]'s transient and permanent kinds.
+//!
+//! Two limits: work (a generation, a weight reload) may take the engine's whole request
+//! timeout (`rollout.engine_timeout_s`); a probe (`/health`, `/props`: "are you there, what do
+//! you serve") gets [`PROBE_TIMEOUT`], so that a server that accepts connections and never
+//! answers is found out in seconds, not minutes.
 
 use std::time::Duration;
 
@@ -11,6 +16,13 @@ use crate::error::{EngineError, Result};
 
 /// Largest reply read (G completions with per-token log-probabilities are a few MB).
 const MAX_REPLY_BYTES: u64 = 512 << 20;
+
+/// How long a probe (`/health`, `/props`) may take. A live engine answers these from its HTTP
+/// thread in milliseconds, even while every slot is generating or a reload is under way (vLLM,
+/// SGLang and llama.cpp's server all serve them outside the generation queue), so a few seconds
+/// is ample on any network; a server that says nothing for that long is hung, and waiting the
+/// generation timeout (600 s by default) for it would only stall the run.
+pub const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// A reply: its JSON and the `X-Weight-Version` header, if any.
 #[derive(Debug)]
@@ -25,23 +37,33 @@ pub struct Http {
     base: String,
     agent: Agent,
     timeout: Duration,
+    /// The agent of probes, bounded by `probe_timeout`.
+    probe: Agent,
+    probe_timeout: Duration,
+}
+
+/// An agent whose calls end after `timeout`, connecting included.
+fn agent(timeout: Duration) -> Agent {
+    Agent::config_builder()
+        .timeout_global(Some(timeout))
+        .timeout_connect(Some(timeout.min(Duration::from_secs(10))))
+        .http_status_as_error(false)
+        .build()
+        .into()
 }
 
 impl Http {
     /// `base` like `http://127.0.0.1:8000` (a trailing `/` is dropped); `timeout` bounds a
-    /// whole call, connecting included.
+    /// whole call, connecting included; probes ([`Http::probe`]) end after [`PROBE_TIMEOUT`]
+    /// (or `timeout`, if shorter).
     pub fn new(base: &str, timeout: Duration) -> Self {
-        let connect = timeout.min(Duration::from_secs(10));
-        let agent: Agent = Agent::config_builder()
-            .timeout_global(Some(timeout))
-            .timeout_connect(Some(connect))
-            .http_status_as_error(false)
-            .build()
-            .into();
+        let probe_timeout = PROBE_TIMEOUT.min(timeout);
         Http {
             base: base.trim_end_matches('/').to_string(),
-            agent,
+            agent: agent(timeout),
             timeout,
+            probe: agent(probe_timeout),
+            probe_timeout,
         }
     }
 
@@ -58,22 +80,30 @@ impl Http {
             .post(&url)
             .header("Content-Type", "application/json")
             .send(&bytes[..]);
-        self.finish(&url, resp)
+        self.finish(&url, resp, self.timeout)
     }
 
     /// `GET base+path`.
     pub fn get(&self, path: &str) -> Result<Reply> {
         let url = format!("{}{}", self.base, path);
         let resp = self.agent.get(&url).call();
-        self.finish(&url, resp)
+        self.finish(&url, resp, self.timeout)
+    }
+
+    /// `GET base+path` as a probe: bounded by the probe timeout, not the request timeout.
+    pub fn probe(&self, path: &str) -> Result<Reply> {
+        let url = format!("{}{}", self.base, path);
+        let resp = self.probe.get(&url).call();
+        self.finish(&url, resp, self.probe_timeout)
     }
 
     fn finish(
         &self,
         url: &str,
         resp: std::result::Result<ureq::http::Response<ureq::Body>, ureq::Error>,
+        limit: Duration,
     ) -> Result<Reply> {
-        let mut resp = resp.map_err(|e| self.transport_error(url, e))?;
+        let mut resp = resp.map_err(|e| transport_error(url, e, limit))?;
         let status = resp.status().as_u16();
         let weight_version = resp
             .headers()
@@ -85,7 +115,7 @@ impl Http {
             .with_config()
             .limit(MAX_REPLY_BYTES)
             .read_to_string()
-            .map_err(|e| self.transport_error(url, e))?;
+            .map_err(|e| transport_error(url, e, limit))?;
         if !(200..300).contains(&status) {
             let message = error_message(&text);
             let url = url.to_string();
@@ -114,18 +144,19 @@ impl Http {
             weight_version,
         })
     }
+}
 
-    fn transport_error(&self, url: &str, e: ureq::Error) -> EngineError {
-        match e {
-            ureq::Error::Timeout(_) => EngineError::Timeout {
-                url: url.to_string(),
-                secs: self.timeout.as_secs_f64(),
-            },
-            other => EngineError::Unreachable {
-                url: url.to_string(),
-                cause: other.to_string(),
-            },
-        }
+/// A failure below HTTP: a timeout (after `limit`) or no connection.
+fn transport_error(url: &str, e: ureq::Error, limit: Duration) -> EngineError {
+    match e {
+        ureq::Error::Timeout(_) => EngineError::Timeout {
+            url: url.to_string(),
+            secs: limit.as_secs_f64(),
+        },
+        other => EngineError::Unreachable {
+            url: url.to_string(),
+            cause: other.to_string(),
+        },
     }
 }
 
@@ -199,6 +230,30 @@ mod tests {
         let e = h.post("/completion", &serde_json::json!({})).unwrap_err();
         assert!(matches!(e, EngineError::Timeout { .. }), "{e}");
         assert!(t0.elapsed() < Duration::from_secs(2));
+        hold.join().unwrap();
+    }
+
+    #[test]
+    fn a_probe_gives_up_after_the_probe_timeout_not_the_request_timeout() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let hold = std::thread::spawn(move || {
+            let (s, _) = listener.accept().unwrap();
+            std::thread::sleep(PROBE_TIMEOUT + Duration::from_secs(2));
+            drop(s);
+        });
+        let url = format!("http://127.0.0.1:{port}");
+        let h = Http::new(&url, Duration::from_secs(600));
+        let t0 = std::time::Instant::now();
+        let e = h.probe("/health").unwrap_err();
+        let took = t0.elapsed();
+        assert!(matches!(e, EngineError::Timeout { .. }), "{e}");
+        assert!(e.to_string().contains(&format!("{url}/health")), "{e}");
+        assert!(
+            took >= PROBE_TIMEOUT - Duration::from_millis(100)
+                && took < PROBE_TIMEOUT + Duration::from_secs(1),
+            "{took:?}"
+        );
         hold.join().unwrap();
     }
 }

@@ -60,13 +60,18 @@ pub struct TaskConfig {
     pub template: Option<String>,
 }
 
+/// The defaults are the demo's (`fulcrum train` with no config): 3-digit additions whose
+/// demonstrations carry a mistake one time in five, so that SFT leaves room for RL to improve.
+/// They are the one default of each key, wherever a task is described: the trainer's config,
+/// a `[task]` table given in part (`--set task.length=1.0`), `[eval.task]`, and the compact
+/// spelling of `fulcrum eval --bench` and `fulcrum compare --tasks`.
 impl Default for TaskConfig {
     fn default() -> Self {
         TaskConfig {
             name: "arithmetic".into(),
-            difficulty: 3,
+            difficulty: 2,
             length: 1.0,
-            mistake_rate: 0.0,
+            mistake_rate: 0.2,
             verbose_rate: 0.0,
             mistake_length: 1.0,
             verbose_levels: None,
@@ -104,7 +109,7 @@ impl FromStr for TaskConfig {
                 problem: format!("{p}: {v:?}"),
             };
             match k {
-                "difficulty" => cfg.difficulty = v.parse().map_err(|_| bad("not an integer"))?,
+                "difficulty" => cfg.difficulty = whole(k, v, DIFFICULTY)?,
                 "length" => cfg.length = v.parse().map_err(|_| bad("not a number"))?,
                 "mistake_rate" => cfg.mistake_rate = v.parse().map_err(|_| bad("not a number"))?,
                 "verbose_rate" => cfg.verbose_rate = v.parse().map_err(|_| bad("not a number"))?,
@@ -115,9 +120,7 @@ impl FromStr for TaskConfig {
                     cfg.verbose_levels = Some(v.parse().map_err(|e: String| bad(&e))?)
                 }
                 "loop_rate" => cfg.loop_rate = v.parse().map_err(|_| bad("not a number"))?,
-                "loop_length" => {
-                    cfg.loop_length = v.parse().map_err(|_| bad("not a whole number"))?
-                }
+                "loop_length" => cfg.loop_length = whole(k, v, LOOP_LENGTH)?,
                 "path" => cfg.path = Some(PathBuf::from(v)),
                 "reward" => cfg.reward = v.parse()?,
                 _ => {
@@ -129,6 +132,32 @@ impl FromStr for TaskConfig {
             }
         }
         Ok(cfg)
+    }
+}
+
+/// The range of `difficulty`.
+const DIFFICULTY: std::ops::RangeInclusive<u64> = 1..=10;
+
+/// The range of `loop_length` (characters of a looping demonstration).
+const LOOP_LENGTH: std::ops::RangeInclusive<u64> = 16..=4096;
+
+/// A whole-number setting of the compact spelling: something not a number is "not a whole
+/// number"; a number its type cannot hold (negative, fractional, huge) says the key's range,
+/// with the same words as [`TaskConfig::validate`], which checks the range of the others.
+fn whole<T: TryFrom<u64>>(key: &str, v: &str, range: std::ops::RangeInclusive<u64>) -> Result<T> {
+    let outside = || TaskError::Setting {
+        key: key.to_string(),
+        problem: format!("{v} is outside {}..={}", range.start(), range.end()),
+    };
+    match v.parse::<u64>() {
+        Ok(n) => T::try_from(n).map_err(|_| outside()),
+        // A number all the same (negative, fractional, beyond 64 bits): out of range, not
+        // "not an integer".
+        Err(_) if v.parse::<f64>().is_ok_and(|x| !x.is_nan()) => Err(outside()),
+        Err(_) => Err(TaskError::Setting {
+            key: key.to_string(),
+            problem: format!("not a whole number: {v:?}"),
+        }),
     }
 }
 
@@ -187,10 +216,15 @@ impl TaskConfig {
                 problem,
             })
         };
-        if !(1..=10).contains(&self.difficulty) {
+        if !DIFFICULTY.contains(&u64::from(self.difficulty)) {
             return bad(
                 "difficulty",
-                format!("{} is outside 1..=10", self.difficulty),
+                format!(
+                    "{} is outside {}..={}",
+                    self.difficulty,
+                    DIFFICULTY.start(),
+                    DIFFICULTY.end()
+                ),
             );
         }
         if !(0.0..=4.0).contains(&self.length) {
@@ -217,10 +251,15 @@ impl TaskConfig {
         if !(0.0..=1.0).contains(&self.loop_rate) {
             return bad("loop_rate", format!("{} is outside 0..=1", self.loop_rate));
         }
-        if !(16..=4096).contains(&self.loop_length) {
+        if !LOOP_LENGTH.contains(&(self.loop_length as u64)) {
             return bad(
                 "loop_length",
-                format!("{} is outside 16..=4096", self.loop_length),
+                format!(
+                    "{} is outside {}..={}",
+                    self.loop_length,
+                    LOOP_LENGTH.start(),
+                    LOOP_LENGTH.end()
+                ),
             );
         }
         if self.verbose_levels.is_some() && self.verbose_rate > 0.0 {
@@ -415,6 +454,51 @@ mod tests {
         assert_eq!(expand_data_file("gsm8k"), "gsm8k");
         assert!(!is_data_file(".jsonl") && !is_data_file("jsonl"));
         Ok(())
+    }
+
+    #[test]
+    fn a_number_out_of_range_says_the_range_not_that_it_is_no_number() {
+        for (spec, key, says) in [
+            (
+                "arithmetic:difficulty=-1",
+                "difficulty",
+                "-1 is outside 1..=10",
+            ),
+            (
+                "arithmetic:difficulty=0",
+                "difficulty",
+                "0 is outside 1..=10",
+            ),
+            (
+                "arithmetic:difficulty=2.5",
+                "difficulty",
+                "2.5 is outside 1..=10",
+            ),
+            (
+                "arithmetic:difficulty=99999999999999999999",
+                "difficulty",
+                "is outside 1..=10",
+            ),
+            (
+                "arithmetic:loop_length=-5",
+                "loop_length",
+                "-5 is outside 16..=4096",
+            ),
+            (
+                "arithmetic:difficulty=hard",
+                "difficulty",
+                "not a whole number: \"hard\"",
+            ),
+        ] {
+            let e = spec
+                .parse::<TaskConfig>()
+                .and_then(|c| c.validate())
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(key) && e.contains(says), "{spec}: {e}");
+        }
+        let cfg: TaskConfig = "arithmetic:difficulty=10,loop_length=16".parse().unwrap();
+        assert_eq!((cfg.difficulty, cfg.loop_length), (10, 16));
     }
 
     #[test]

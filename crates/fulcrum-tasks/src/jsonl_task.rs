@@ -4,18 +4,20 @@
 //! rows as in DAPO-Math-17k, `problem`/`answer` as in Polaris and MATH, GSM8K, ...; see
 //! `data/formats.rs`); an optional template (`task.template`) wraps every prompt.
 //!
-//! Every record is checked when the file is loaded: a line without a prompt or answer stops the
-//! load with an error naming file, line and field. The file is one split: `examples` returns its
+//! Every record is checked when the file is loaded: a line without a prompt or answer, or a
+//! code record whose tests cannot fail, stops the load with an error naming file, line and
+//! field. Each example keeps its line, so that a character the model cannot encode
+//! ([`Task::check_text`]) is named by file and line too. The file is one split: `examples` returns its
 //! records for either split, in an order shuffled by the seed, cycling when more are asked for
 //! than the file holds. Bring a second file for held-out evaluation.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use crate::code::CodeRunner;
-use crate::data::{load_strict, Format};
-use crate::error::Result;
-use crate::task::{Example, Split, Task};
+use crate::data::{load_numbered, Format};
+use crate::error::{Result, TaskError};
+use crate::task::{unknown_char_problem, Example, Split, Task};
 use crate::verify::{score_requests, score_response, RewardMode, Score, ScoreRequest, Verifier};
 use fulcrum_core::SplitMix64;
 
@@ -24,6 +26,10 @@ use fulcrum_core::SplitMix64;
 pub struct JsonlTask {
     name: String,
     examples: Vec<Example>,
+    /// The file the examples were read from and each one's line (`None`: built in memory).
+    source: Option<(PathBuf, Vec<usize>)>,
+    /// The template wrapped around every prompt, if any.
+    template: Option<String>,
     reward: RewardMode,
     runner: OnceLock<CodeRunner>,
 }
@@ -31,9 +37,10 @@ pub struct JsonlTask {
 impl JsonlTask {
     /// Loads and checks every record of `path`, each in the layout its fields show.
     pub fn load(path: &Path, reward: RewardMode) -> Result<Self> {
-        Ok(Self::from_examples(
+        Ok(Self::from_file(
             "jsonl",
-            load_strict(path, Format::Auto)?,
+            path,
+            load_numbered(path, Format::Auto)?,
             reward,
         ))
     }
@@ -43,6 +50,7 @@ impl JsonlTask {
         for e in &mut self.examples {
             e.prompt = template.replace("{problem}", &e.prompt);
         }
+        self.template = Some(template.to_string());
         self
     }
 
@@ -51,8 +59,24 @@ impl JsonlTask {
         JsonlTask {
             name: name.to_string(),
             examples,
+            source: None,
+            template: None,
             reward,
             runner: OnceLock::new(),
+        }
+    }
+
+    /// A task over the examples read from `path`, each with its line.
+    pub fn from_file(
+        name: &str,
+        path: &Path,
+        numbered: Vec<(usize, Example)>,
+        reward: RewardMode,
+    ) -> Self {
+        let (lines, examples) = numbered.into_iter().unzip();
+        JsonlTask {
+            source: Some((path.to_path_buf(), lines)),
+            ..Self::from_examples(name, examples, reward)
         }
     }
 
@@ -106,6 +130,43 @@ impl Task for JsonlTask {
             .any(|r| r.verifier == Verifier::Code)
             .then(|| self.runner.get_or_init(CodeRunner::detect));
         score_requests(&reqs, self.reward, runner)
+    }
+
+    fn check_text(
+        &self,
+        unknown: &dyn Fn(&str) -> Option<char>,
+        demonstrations: bool,
+    ) -> Result<()> {
+        if let Some(c) = self.template.as_deref().and_then(unknown) {
+            return Err(TaskError::Setting {
+                key: "template".into(),
+                problem: unknown_char_problem(c),
+            });
+        }
+        for (i, e) in self.examples.iter().enumerate() {
+            let texts = [
+                ("prompt", Some(e.prompt.as_str())),
+                (
+                    "demonstration",
+                    e.demonstration.as_deref().filter(|_| demonstrations),
+                ),
+            ];
+            for (field, text) in texts {
+                let Some(c) = text.and_then(unknown) else {
+                    continue;
+                };
+                return Err(match &self.source {
+                    Some((path, lines)) => {
+                        TaskError::record(path, lines[i], field, unknown_char_problem(c))
+                    }
+                    None => TaskError::Setting {
+                        key: format!("{} {}", self.name, e.id),
+                        problem: format!("{field}: {}", unknown_char_problem(c)),
+                    },
+                });
+            }
+        }
+        Ok(())
     }
 
     fn score(&self, example: &Example, response: &str) -> Score {
@@ -194,6 +255,35 @@ mod tests {
             ..TaskConfig::default()
         };
         assert!(create_task(&bad).is_err());
+        Ok(())
+    }
+
+    #[test]
+    fn a_character_the_model_lacks_is_named_by_file_line_and_field() -> Result<()> {
+        let p =
+            std::env::temp_dir().join(format!("fulcrum-jsonl-vocab-{}.jsonl", std::process::id()));
+        let text = concat!(
+            "{\"prompt\": \"1+1\", \"answer\": \"2\"}\n",
+            "\n",
+            "{\"prompt\": \"2+2\", \"answer\": \"4\", \"demonstration\": \"so \u{2192} 4\"}\n",
+        );
+        std::fs::write(&p, text).map_err(|e| crate::TaskError::io(&p, e))?;
+        let ascii = |t: &str| t.chars().find(|c| !c.is_ascii());
+        let task = JsonlTask::load(&p, RewardMode::ZeroOne)?;
+        assert!(task.check_text(&ascii, false).is_ok());
+        let e = task.check_text(&ascii, true).unwrap_err().to_string();
+        assert!(
+            e.contains(&format!("{}:3: demonstration:", p.display()))
+                && e.contains("'\u{2192}' (U+2192)"),
+            "{e}"
+        );
+        let e = JsonlTask::load(&p, RewardMode::ZeroOne)?
+            .with_template("\u{bf}{problem}?")
+            .check_text(&ascii, false)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("template") && e.contains("U+00BF"), "{e}");
+        assert!(task.check_text(&|_| None, true).is_ok());
         Ok(())
     }
 

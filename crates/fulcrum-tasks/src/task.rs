@@ -74,4 +74,27 @@ pub trait Task: Send + Sync {
     fn score_batch(&self, items: &[(&Example, &str)]) -> Vec<Score> {
         items.iter().map(|(e, r)| self.score(e, r)).collect()
     }
+
+    /// Checks the text a model is given (every prompt with its template, and every
+    /// demonstration when `demonstrations`: the SFT warm-up encodes them) with `unknown`, which
+    /// returns the first character the model cannot encode: an error names the file, the line,
+    /// the field and the character, before a run starts (a tokenizer error mid-run could name
+    /// none of them). Tasks read from files check all of theirs; generated tasks write only the
+    /// built-in vocabulary ([`crate::vocab`]) and have nothing to check.
+    fn check_text(
+        &self,
+        unknown: &dyn Fn(&str) -> Option<char>,
+        demonstrations: bool,
+    ) -> Result<()> {
+        let _ = (unknown, demonstrations);
+        Ok(())
+    }
+}
+
+/// How [`Task::check_text`] describes a character the model cannot encode.
+pub(crate) fn unknown_char_problem(c: char) -> String {
+    format!(
+        "the character {c:?} (U+{:04X}) is not in the model's vocabulary",
+        u32::from(c)
+    )
 }

@@ -2,9 +2,12 @@
 //!
 //! Every prompt, demonstration and correct answer the synthetic families produce uses only the
 //! characters in [`CHARS`] (a test checks this), so a tiny character-level model can be trained
-//! on them from scratch. The model crate's char tokenizer takes this list as its alphabet: ids
-//! `0..SPECIALS.len()` are the special tokens, then one id per character in [`CHARS`] order.
-//! Changing the order changes every id: append, never reorder.
+//! on them from scratch. The built-in model's tokenizer (fulcrum-model's `Tokenizer::chars`)
+//! knows newline and every printable ASCII character, a superset of [`CHARS`]; text read from a
+//! data file is checked against the model's own tokenizer before a run starts
+//! (`Task::check_text`), naming the file, line and character it lacks. The ids here (specials
+//! `0..SPECIALS.len()`, then one per character in [`CHARS`] order) are this module's own, for
+//! measuring lengths in tests: append, never reorder.
 
 /// Special tokens, in id order: padding, start of sequence, end of sequence, unknown character.
 pub const SPECIALS: [&str; 4] = ["<pad>", "<bos>", "<eos>", "<unk>"];

@@ -7,46 +7,34 @@
 //! one, plus at most a `.tmp-*` directory that is ignored and cleaned up later. [`verify`] checks
 //! every file against the manifest before anything is loaded.
 //!
-//! This layer alone owns the atomic rename, the format version and the metadata. A policy's
+//! The manifest's format and its check live in fulcrum-model (`fulcrum_model::Manifest`,
+//! `fulcrum_model::verify_checkpoint`), because every load of a checkpoint folder as a model
+//! verifies it there, whoever loads it (`--resume`, the SFT cache, `fulcrum eval` / `generate` /
+//! `convert`, `model.path`). This layer owns the atomic write, the metadata and the policy's
+//! files. A policy's
 //! checkpoint ([`save_policy`], [`load_policy`]) holds fulcrum-model's files (the model as an HF
 //! folder and `optimizer.safetensors`) plus `checkpoint.json`: the format version, the
 //! optimizer's step, its hyper-parameters and the trainer's state.
 
 use std::fs::{self, File};
-use std::io::{Read, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use fulcrum_model::Model;
-use serde::{Deserialize, Serialize};
+use fulcrum_model::{Model, ModelError};
 use serde_json::json;
-use sha2::{Digest, Sha256};
 
 use crate::policy::{rl_optimizer, Optimizer, Policy};
 use crate::ranks::Ranks;
 use crate::{Config, TrainError};
 
 /// Version of the checkpoint layout; a different one is refused, never patched.
-pub const FORMAT_VERSION: u32 = 1;
+pub const FORMAT_VERSION: u32 = fulcrum_model::CHECKPOINT_FORMAT;
 /// The manifest's file name inside a checkpoint directory.
-pub const MANIFEST: &str = "manifest.json";
+pub const MANIFEST: &str = fulcrum_model::MANIFEST;
 /// The optimizer's step and the trainer's state inside a policy checkpoint.
 pub const POLICY_META: &str = "checkpoint.json";
 
-/// One file of a checkpoint.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct FileEntry {
-    pub name: String,
-    pub bytes: u64,
-    pub sha256: String,
-}
-
-/// The manifest: format version, caller metadata (step, data position, ...), and files.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Manifest {
-    pub format_version: u32,
-    pub meta: serde_json::Value,
-    pub files: Vec<FileEntry>,
-}
+pub use fulcrum_model::{FileEntry, Manifest};
 
 fn bad(path: &Path, message: impl Into<String>) -> TrainError {
     TrainError::Checkpoint {
@@ -55,25 +43,17 @@ fn bad(path: &Path, message: impl Into<String>) -> TrainError {
     }
 }
 
-/// sha256 of a file, hex.
-pub fn sha256_file(path: &Path) -> Result<(u64, String), TrainError> {
-    let mut f = File::open(path).map_err(TrainError::io(path))?;
-    let mut h = Sha256::new();
-    let mut buf = vec![0u8; 1 << 20];
-    let mut n = 0u64;
-    loop {
-        let k = f.read(&mut buf).map_err(TrainError::io(path))?;
-        if k == 0 {
-            break;
-        }
-        n += k as u64;
-        h.update(&buf[..k]);
+/// A checkpoint problem found by fulcrum-model, as the trainer's checkpoint error.
+fn from_model(e: ModelError) -> TrainError {
+    match e {
+        ModelError::Checkpoint { path, message } => TrainError::Checkpoint { path, message },
+        e => TrainError::Model(e),
     }
-    Ok((n, hex(&h.finalize())))
 }
 
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+/// sha256 of a file, hex.
+pub fn sha256_file(path: &Path) -> Result<(u64, String), TrainError> {
+    fulcrum_model::sha256_file(path).map_err(TrainError::io(path))
 }
 
 /// Writes the checkpoint `dest` atomically: `fill` creates a temporary directory at the path it
@@ -162,56 +142,10 @@ fn sync_dir(dir: &Path) -> Result<(), TrainError> {
 }
 
 /// Checks a checkpoint directory against its manifest: format version, every listed file
-/// present with its size and sha256. Returns the manifest.
+/// present with its size and sha256, no unlisted file (`fulcrum_model::verify_checkpoint`, the
+/// check every load of a checkpoint makes). Returns the manifest.
 pub fn verify(dir: &Path) -> Result<Manifest, TrainError> {
-    let mpath = dir.join(MANIFEST);
-    if !dir.is_dir() {
-        return Err(bad(dir, "not a directory"));
-    }
-    let text = fs::read_to_string(&mpath).map_err(|e| {
-        bad(
-            dir,
-            format!("cannot read {MANIFEST}: {e} (incomplete or not a fulcrum checkpoint)"),
-        )
-    })?;
-    let manifest: Manifest =
-        serde_json::from_str(&text).map_err(|e| bad(dir, format!("{MANIFEST} is corrupt: {e}")))?;
-    if manifest.format_version != FORMAT_VERSION {
-        return Err(bad(
-            dir,
-            format!(
-                "format version {} is not supported (this build reads version {FORMAT_VERSION})",
-                manifest.format_version
-            ),
-        ));
-    }
-    for entry in &manifest.files {
-        if entry.name.contains('/') || entry.name.contains("..") {
-            return Err(bad(
-                dir,
-                format!("{MANIFEST} lists an unsafe file name {:?}", entry.name),
-            ));
-        }
-        let p = dir.join(&entry.name);
-        let (bytes, sha) =
-            sha256_file(&p).map_err(|_| bad(dir, format!("{} is missing", entry.name)))?;
-        if bytes != entry.bytes {
-            return Err(bad(
-                dir,
-                format!(
-                    "{} is {bytes} bytes, the manifest says {} (truncated?)",
-                    entry.name, entry.bytes
-                ),
-            ));
-        }
-        if sha != entry.sha256 {
-            return Err(bad(
-                dir,
-                format!("{} does not match its sha256 (corrupt)", entry.name),
-            ));
-        }
-    }
-    Ok(manifest)
+    fulcrum_model::verify_checkpoint(dir).map_err(from_model)
 }
 
 /// The `step-N` checkpoints under `dir`, sorted by step (temporary directories ignored).
@@ -335,7 +269,7 @@ pub fn load_policy(
     device: tch::Device,
     ranks: &Ranks,
 ) -> Result<(Model, Optimizer), TrainError> {
-    let mut model = fulcrum_model::load_model(dir, device)?;
+    let mut model = fulcrum_model::load_model(dir, device).map_err(from_model)?;
     let mut opt = rl_optimizer(
         &cfg.optim,
         cfg.model.dtype,
@@ -364,13 +298,17 @@ pub fn load_policy(
             )
         })?;
     match &mut opt {
-        Optimizer::Replicated(a) => fulcrum_model::load_optimizer(dir, a, step)?,
+        Optimizer::Replicated(a) => {
+            fulcrum_model::load_optimizer(dir, a, step).map_err(from_model)?
+        }
         Optimizer::Sharded(z) => {
             let path = dir.join(fulcrum_model::OPTIMIZER_FILE);
-            z.load_state(fulcrum_model::read_named(&path, device)?, step, &path)?;
+            let state = fulcrum_model::read_named(&path, device).map_err(from_model)?;
+            z.load_state(state, step, &path)?;
             let masters = dir.join(fulcrum_model::MASTER_FILE);
             if masters.exists() {
-                z.load_master_weights(fulcrum_model::read_named(&masters, device)?, &masters)?;
+                let m = fulcrum_model::read_named(&masters, device).map_err(from_model)?;
+                z.load_master_weights(m, &masters)?;
             }
         }
     }
@@ -503,5 +441,32 @@ mod tests {
             .map(|e| e.unwrap().file_name())
             .collect();
         assert_eq!(left, vec![std::ffi::OsString::from("step-4")]);
+    }
+
+    #[test]
+    fn a_model_load_of_a_written_checkpoint_is_verified() {
+        let dir = tempfile::tempdir().unwrap();
+        let dest = dir.path().join("final");
+        write(&dest, serde_json::json!({}), |d| {
+            Ok(Model::tiny(tch::Device::Cpu, 0)?.save(d)?)
+        })
+        .unwrap();
+        fulcrum_model::load_model(&dest, tch::Device::Cpu).unwrap();
+        let weights = dest.join("model.safetensors");
+        let mut bytes = fs::read(&weights).unwrap();
+        bytes.truncate(bytes.len() - 1);
+        fs::write(&weights, bytes).unwrap();
+        let e = fulcrum_model::load_model(&dest, tch::Device::Cpu)
+            .map_err(from_model)
+            .unwrap_err();
+        assert!(matches!(e, TrainError::Checkpoint { .. }), "{e:?}");
+        let e = e.to_string();
+        assert!(
+            e.starts_with(&format!(
+                "checkpoint {}: model.safetensors is",
+                dest.display()
+            )) && e.contains("truncated"),
+            "{e}"
+        );
     }
 }

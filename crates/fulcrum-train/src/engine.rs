@@ -19,6 +19,12 @@
 //! from before the in-flight prompts, so a resumed run draws them again (and samples its first
 //! step on-policy).
 //!
+//! Interrupts: the pool is given the trainer's stop flag ([`crate::stop_requested`]) as its
+//! cancel, so a SIGINT/SIGTERM ends any wait on the engines (a generation, a weight push, their
+//! retries, a background draw being joined) within a fraction of a second, however long the
+//! engines would have taken: the step in progress is abandoned with [`TrainError::Stopped`],
+//! and the run loop checkpoints the last finished step.
+//!
 //! The push is the disk transport; an NCCL broadcast (vLLM's and SGLang's distributed update
 //! paths) would replace [`RemoteEngine::write_weights`] and the engines' `load_weights` with a
 //! broadcast of the same tensors, and keep the versioning here.
@@ -31,8 +37,8 @@ use fulcrum_core::rng::mix;
 use fulcrum_model::save_gguf::GgufTemplate;
 use fulcrum_model::{Completion, Finish, Model, ModelSpec, SampleRequest, Sampling};
 use fulcrum_rollout::{
-    connect, EngineCompletion, EngineError, EngineKind, EnginePool, FinishReason, GenerateRequest,
-    PoolOptions, SamplingParams, WeightFiles, WeightFormat,
+    connect, Cancel, EngineCompletion, EngineError, EngineKind, EnginePool, FinishReason,
+    GenerateRequest, PoolOptions, SamplingParams, WeightFiles, WeightFormat,
 };
 use fulcrum_tasks::Example;
 
@@ -105,8 +111,10 @@ pub struct RemoteEngine {
 }
 
 impl RolloutEngine {
-    /// The engine `cfg.rollout` names; engine servers are asked whether they are up (one that
-    /// is not is dropped with a warning; none up is an error).
+    /// The engine `cfg.rollout` names; engine servers are asked whether they are up (a probe
+    /// of a few seconds, [`fulcrum_rollout::PROBE_TIMEOUT`]: one that does not answer is dropped
+    /// with a warning naming it; none up is an error). Every later wait on them ends soon after
+    /// a SIGINT/SIGTERM ([`crate::stop_requested`]).
     pub fn open(r: &RolloutConfig, run_dir: &Path, spec: &ModelSpec) -> Result<Self, TrainError> {
         if r.engine == EngineKind::Native {
             return Ok(RolloutEngine::Native);
@@ -120,6 +128,7 @@ impl RolloutEngine {
         let opts = PoolOptions {
             requests_per_engine: r.engine_requests,
             max_failures: r.engine_max_failures,
+            cancel: Some(Cancel::new(crate::interrupt::stop_requested)),
             ..PoolOptions::default()
         };
         let mut pool = EnginePool::new(clients, opts)?;
@@ -317,7 +326,7 @@ impl RemoteEngine {
         };
         let (pool, result) = f.handle.join().map_err(|_| TrainError::DrawPanicked)?;
         self.pool = Some(pool);
-        let groups = result?;
+        let groups = result.map_err(stopped)?;
         let p = RawPrefetched {
             step: f.step,
             examples: f.examples,
@@ -330,7 +339,7 @@ impl RemoteEngine {
 
     /// Completes every request on the engines; results in request order.
     pub fn generate(&mut self, reqs: &[GenerateRequest]) -> Result<Groups, TrainError> {
-        Ok(self.pool()?.generate(reqs)?)
+        self.pool()?.generate(reqs).map_err(stopped)
     }
 
     /// Starts sampling `reqs` (step `step`'s first draw) in the background.
@@ -457,7 +466,7 @@ impl RemoteEngine {
         for w in pool.take_warnings() {
             eprintln!("fulcrum: {w}");
         }
-        pushed?;
+        pushed.map_err(stopped)?;
         self.version = Some(version);
         // The engines now read the new files: the previous version's can go.
         if let Some(old) = self.current_files.replace(files.path.clone()) {
@@ -505,6 +514,18 @@ impl RemoteEngine {
             self.template = Some(GgufTemplate::read(&path)?);
         }
         self.template.as_ref().ok_or(TrainError::NoGgufTemplate)
+    }
+}
+
+/// An engine failure as the trainer reports it: a wait cut short by a signal is
+/// [`TrainError::Stopped`] (the run loop checkpoints and says how to resume), anything else as
+/// it is.
+fn stopped(e: EngineError) -> TrainError {
+    match e {
+        EngineError::Interrupted { waiting_on } => TrainError::Stopped {
+            during: format!("waiting on {waiting_on}"),
+        },
+        other => TrainError::Engine(other),
     }
 }
 

@@ -104,6 +104,83 @@ pub enum TrainError {
          another --run-dir"
     )]
     RunDirInUse { dir: PathBuf },
+    /// Another process holds the directory (its lock, `owned_dir.rs`).
+    #[error(
+        "{} is in use by another fulcrum process (PID {holder}): two processes writing one \
+         directory would interleave its records; wait for that one to end, or stop it",
+        dir.display()
+    )]
+    DirInUse { dir: PathBuf, holder: String },
+    /// A directory of another kind than the command writes (a comparison given as a run, or
+    /// the reverse).
+    #[error(
+        "{} is a {}, not a {}: choose another directory",
+        dir.display(),
+        is.describe(),
+        want.describe()
+    )]
+    WrongDirKind {
+        dir: PathBuf,
+        is: crate::owned_dir::DirKind,
+        want: crate::owned_dir::DirKind,
+    },
+    /// A resume with no checkpoint to continue from, in a run that has recorded steps.
+    #[error(
+        "{} has {recorded} recorded step(s) but no checkpoint to resume from (checkpoints/ \
+         holds none, though one was written at an earlier step): resuming would discard them. `fulcrum train --resume {} --restart` starts \
+         the run again from step 0, discarding its records",
+        dir.display(),
+        dir.display()
+    )]
+    NoCheckpoint { dir: PathBuf, recorded: u64 },
+    /// `--from-checkpoint` names a checkpoint the run does not have.
+    #[error("{}: no checkpoint {name}; there are: {have}", dir.display())]
+    NoSuchCheckpoint {
+        dir: PathBuf,
+        name: String,
+        have: String,
+    },
+    /// The newest checkpoint fails verification; the previous intact one, if any, is offered.
+    #[error(
+        "the newest checkpoint {} is unusable: {cause}. {}",
+        path.display(),
+        match previous {
+            Some(p) => format!(
+                "The previous intact checkpoint is {p}: `fulcrum train --resume {} \
+                 --from-checkpoint {p}` continues from it, discarding what was recorded after it",
+                run.display()
+            ),
+            None => format!(
+                "There is no earlier intact checkpoint: `fulcrum train --resume {} --restart` \
+                 starts the run again from step 0",
+                run.display()
+            ),
+        }
+    )]
+    CorruptCheckpoint {
+        run: PathBuf,
+        path: PathBuf,
+        cause: Box<TrainError>,
+        previous: Option<String>,
+    },
+    /// The run's records do not reach the checkpoint a resume would continue from.
+    #[error(
+        "{}: {why}, but the checkpoint to resume from is at step {step}: the records of the \
+         steps before it are lost. Restore the file, or `--restart` starts the run again from \
+         step 0",
+        path.display()
+    )]
+    RecordsLost {
+        path: PathBuf,
+        step: u64,
+        why: String,
+    },
+    /// A non-empty directory that fulcrum did not write.
+    #[error(
+        "{} holds files fulcrum did not write: choose a new or empty directory",
+        dir.display()
+    )]
+    NotOurs { dir: PathBuf },
     /// What a data-parallel job cannot do, with the setting that avoids it.
     #[error("{0}")]
     DataParallelUnsupported(String),
@@ -150,6 +227,10 @@ pub enum TrainError {
         step: u64,
         hint: String,
     },
+    /// A wait (on the engines, an evaluation) cut short by SIGINT/SIGTERM: the run loop turns
+    /// it into [`TrainError::Interrupted`] after checkpointing the last finished step.
+    #[error("stopped by a signal while {during}")]
+    Stopped { during: String },
     /// A resume that would not continue the same run: the config or the binary differs from
     /// the checkpoint's (`--force` resumes anyway).
     #[error("{path}: {message}\n(resume with --force to continue anyway)")]

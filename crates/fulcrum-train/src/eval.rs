@@ -326,7 +326,9 @@ fn sample_and_measure(
 /// `mix(base.seed, c)`, problem `i` sits at position `i % EVAL_CHUNK` of its chunk (the
 /// sampler's stream position), so a problem's responses do not depend on the slice it is
 /// sampled in. Chunks also bound the sampler's batch (and memory) on large sets. Rollouts are
-/// numbered by their problem's index in `examples`, in problem order.
+/// numbered by their problem's index in `examples`, in problem order. A stop asked for by a
+/// signal ([`crate::stop_requested`]) is honoured before each chunk: the evaluation ends there
+/// with [`TrainError::Stopped`], and nothing of it is returned.
 fn sample_in_chunks(
     model: &Model,
     task: &dyn Task,
@@ -337,6 +339,14 @@ fn sample_in_chunks(
     let mut rollouts = Vec::new();
     let mut start = 0;
     while start < examples.len() {
+        if crate::interrupt::stop_requested() {
+            return Err(TrainError::Stopped {
+                during: format!(
+                    "evaluating (after {start} of its {} prompts)",
+                    examples.len()
+                ),
+            });
+        }
         let global = first + start;
         let chunk = global / EVAL_CHUNK;
         let end = examples

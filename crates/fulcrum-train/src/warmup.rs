@@ -1,6 +1,11 @@
 //! The starting policy of a run: the configured model, or its SFT warm-up, trained once and
 //! cached in `sft-cache/` beside the run directory so that every run computing the same warm-up
 //! (same model, task, SFT and optimizer settings, seed) shares it.
+//!
+//! A cache entry is a checkpoint: it is used only when it verifies against its manifest
+//! (`checkpoint::verify`, the check every load of a checkpoint makes), and trained again
+//! otherwise. Before any step, every prompt of the run's tasks, and every demonstration the
+//! warm-up trains on, must encode with the model's tokenizer ([`check_vocabulary`]).
 
 use std::path::{Path, PathBuf};
 
@@ -71,8 +76,26 @@ pub fn configured_model(
     Ok(model)
 }
 
+/// Every prompt of `task` and `eval_task`, and with `demonstrations` every demonstration of
+/// `task` (what the SFT warm-up trains on), must encode with `model`'s tokenizer: a character
+/// it lacks (the built-in model knows newline and printable ASCII) is an error naming the
+/// file, line, field and character, before any step rather than as a tokenizer error mid-run.
+pub fn check_vocabulary(
+    model: &Model,
+    (task, eval_task): (&dyn Task, &dyn Task),
+    demonstrations: bool,
+) -> Result<(), TrainError> {
+    let Ok(tokenizer) = model.tokenizer() else {
+        return Ok(());
+    };
+    let unknown = |text: &str| tokenizer.unknown_char(text);
+    task.check_text(&unknown, demonstrations)?;
+    eval_task.check_text(&unknown, false)?;
+    Ok(())
+}
+
 /// Loads the starting policy: the SFT-warmed model (from the cache, or trained now and
-/// cached), else the configured model.
+/// cached), else the configured model; the tasks' text checked against its vocabulary.
 pub fn starting_policy(
     cfg: &Config,
     spec: &ModelSpec,
@@ -81,18 +104,24 @@ pub fn starting_policy(
     device: Device,
     on: &mut dyn FnMut(Event<'_>),
 ) -> Result<Start, TrainError> {
+    let tasks = (task, eval_task);
     if cfg.sft.steps == 0 {
+        let model = configured_model(cfg, spec, device)?;
+        check_vocabulary(&model, tasks, false)?;
         return Ok(Start {
-            model: configured_model(cfg, spec, device)?,
+            model,
             sft_accuracy: None,
             dir: None,
         });
     }
     let cache = sft_cache_dir(cfg, run_dir);
+    // A damaged entry (a file missing, truncated or corrupt) is trained again and replaced.
     if let Ok(manifest) = checkpoint::verify(&cache) {
+        let model = Model::load_hf(&cache, device)?;
+        check_vocabulary(&model, tasks, false)?;
         on(Event::SftCached { path: &cache });
         return Ok(Start {
-            model: Model::load_hf(&cache, device)?,
+            model,
             sft_accuracy: manifest.meta.get("sft_accuracy").and_then(Value::as_f64),
             dir: Some(cache),
         });
@@ -103,6 +132,7 @@ pub fn starting_policy(
         ..cfg.clone()
     };
     let mut model = configured_model(&warm, spec, device)?;
+    check_vocabulary(&model, tasks, true)?;
     let total = cfg.sft.steps;
     let skipped = run_sft(&mut model, task, cfg, |p| {
         on(Event::Sft {
@@ -166,5 +196,32 @@ mod tests {
         // A run whose seed equals the sft seed is the same warm-up as without sft.seed (the
         // key differs only by the recorded setting).
         assert_eq!(with(7, None).parent(), with(7, Some(7)).parent());
+    }
+
+    #[test]
+    fn a_prompt_the_model_cannot_encode_is_named_by_file_and_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("train.jsonl");
+        std::fs::write(
+            &path,
+            "{\"prompt\": \"Q: 1+2\", \"answer\": \"3\"}\n{\"prompt\": \"Q: 1\u{d7}2\", \"answer\": \"2\"}\n",
+        )
+        .unwrap();
+        let task = fulcrum_tasks::create_task(&fulcrum_tasks::TaskConfig {
+            name: "jsonl".into(),
+            path: Some(path.clone()),
+            ..Default::default()
+        })
+        .unwrap();
+        let arithmetic = fulcrum_tasks::create_task(&Default::default()).unwrap();
+        let tiny = Model::tiny(Device::Cpu, 0).unwrap();
+        check_vocabulary(&tiny, (arithmetic.as_ref(), arithmetic.as_ref()), true).unwrap();
+        let e = check_vocabulary(&tiny, (arithmetic.as_ref(), task.as_ref()), true)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains(&format!("{}:2: prompt:", path.display())) && e.contains("U+00D7"),
+            "{e}"
+        );
     }
 }

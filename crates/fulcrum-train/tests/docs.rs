@@ -383,7 +383,7 @@ fn parse_toml_value(text: &str) -> Result<toml::Value, String> {
 
 /// The documented value loaded over the printed defaults: the config is unchanged when it is
 /// the default. (Over the whole printed config, not alone: a table given with only some of its
-/// keys takes its struct's own defaults for the rest, which for `[task]` are not the demo's.)
+/// keys takes its struct's own defaults for the rest.)
 fn loads_as_default(key: &str, value: &toml::Value) -> Result<bool, String> {
     let mut table: toml::Table = Config::default()
         .to_toml()

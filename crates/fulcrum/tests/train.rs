@@ -209,11 +209,11 @@ fn killed_run_resumes_to_the_same_end() {
         .unwrap();
     let run: PathBuf = dir.path().join("runs/killed");
     let t0 = Instant::now();
+    // Killed once the step's checkpoint is complete (renamed into place): a run killed before
+    // any checkpoint, with steps recorded, is refused a resume (it would discard them).
     loop {
-        let lines = std::fs::read_to_string(run.join("metrics.jsonl"))
-            .map(|t| t.lines().count())
-            .unwrap_or(0);
-        if lines >= kill_after || t0.elapsed() > Duration::from_secs(300) {
+        let done = run.join(format!("checkpoints/step-{kill_after}")).exists();
+        if done || t0.elapsed() > Duration::from_secs(300) {
             break;
         }
         if child.try_wait().unwrap().is_some() {

@@ -8,7 +8,7 @@
 //! GGUF has no tie flag: by llama.cpp's convention a file without `output.weight` has its LM
 //! head tied to the token embeddings, and that is what we configure.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
 use candle_core::quantized::gguf_file::{Content, Value};
@@ -23,8 +23,8 @@ use tokenizers::pre_tokenizers::PreTokenizerWrapper;
 use tokenizers::{AddedToken, SplitDelimiterBehavior};
 
 use crate::chat_template::ChatTemplate;
-use crate::config::{Arch, ModelConfig};
-use crate::error::{ModelError, Result};
+use crate::config::{Arch, Field, ModelConfig};
+use crate::error::{HyperProblem, ModelError, Result};
 use crate::tokenizer::Tokenizer;
 
 /// Qwen2's pre-tokenizer split pattern (from its `tokenizer.json`).
@@ -92,21 +92,74 @@ impl Meta<'_> {
             .ok_or_else(|| self.err(format!("missing metadata `{key}`")))
     }
 
+    fn hyper(&self, key: &str, problem: HyperProblem) -> ModelError {
+        ModelError::HyperParameter {
+            path: self.path.to_path_buf(),
+            field: key.to_string(),
+            problem,
+        }
+    }
+
+    /// An integer of any GGUF integer type, never wrapped around: a `u64` beyond `i64` is an
+    /// error naming the key.
+    fn opt_int(&self, key: &str) -> Result<Option<i64>> {
+        let Some(v) = self.md.get(key) else {
+            return Ok(None);
+        };
+        let i = match v {
+            Value::U8(x) => i64::from(*x),
+            Value::I8(x) => i64::from(*x),
+            Value::U16(x) => i64::from(*x),
+            Value::I16(x) => i64::from(*x),
+            Value::U32(x) => i64::from(*x),
+            Value::I32(x) => i64::from(*x),
+            Value::I64(x) => *x,
+            Value::U64(x) => i64::try_from(*x).map_err(|_| {
+                self.hyper(
+                    key,
+                    HyperProblem::TooLarge {
+                        value: x.to_string(),
+                        limit: i64::MAX.to_string(),
+                        why: "the largest 64-bit integer",
+                    },
+                )
+            })?,
+            other => {
+                return Err(self.hyper(
+                    key,
+                    HyperProblem::WrongType {
+                        expected: "an integer",
+                        got: format!("a {:?}", other.value_type()),
+                    },
+                ))
+            }
+        };
+        Ok(Some(i))
+    }
+
     fn int(&self, key: &str) -> Result<i64> {
-        let v = self.get(key)?;
-        v.to_u32()
-            .map(i64::from)
-            .or_else(|_| v.to_i32().map(i64::from))
-            .or_else(|_| v.to_u64().map(|x| x as i64))
-            .map_err(|e| self.err(format!("`{key}`: {e}")))
+        self.opt_int(key)?
+            .ok_or_else(|| self.hyper(key, HyperProblem::Missing))
+    }
+
+    fn opt_float(&self, key: &str) -> Result<Option<f64>> {
+        match self.md.get(key) {
+            None => Ok(None),
+            Some(Value::F32(x)) => Ok(Some(f64::from(*x))),
+            Some(Value::F64(x)) => Ok(Some(*x)),
+            Some(other) => Err(self.hyper(
+                key,
+                HyperProblem::WrongType {
+                    expected: "a float",
+                    got: format!("a {:?}", other.value_type()),
+                },
+            )),
+        }
     }
 
     fn float(&self, key: &str) -> Result<f64> {
-        let v = self.get(key)?;
-        v.to_f32()
-            .map(f64::from)
-            .or_else(|_| v.to_f64())
-            .map_err(|e| self.err(format!("`{key}`: {e}")))
+        self.opt_float(key)?
+            .ok_or_else(|| self.hyper(key, HyperProblem::Missing))
     }
 
     fn string(&self, key: &str) -> Result<&str> {
@@ -212,8 +265,126 @@ fn build_tokenizer(meta: &Meta) -> Result<Tokenizer> {
     Ok(Tokenizer::from_hf(inner))
 }
 
-/// Read and dequantise a GGUF file.
-pub fn read_gguf(path: &Path) -> Result<GgufModel> {
+/// The hyper-parameters of a GGUF file, each checked ([`ModelConfig::check`]) and named by
+/// its metadata key in errors.
+fn gguf_config(meta: &Meta, content: &Content, arch_name: &str, arch: Arch) -> Result<ModelConfig> {
+    let name = |f: Field| f.gguf(arch_name);
+    let hyper = |f: Field, problem: HyperProblem| meta.hyper(&name(f), problem);
+    let check = |f: Field, value: i64| {
+        if value < 1 {
+            Err(hyper(
+                f,
+                HyperProblem::TooSmall {
+                    value: value.to_string(),
+                    min: "1".into(),
+                },
+            ))
+        } else {
+            Ok(value)
+        }
+    };
+    let hidden = check(Field::Hidden, meta.int(&name(Field::Hidden))?)?;
+    let heads = check(Field::Heads, meta.int(&name(Field::Heads))?)?;
+    let kv_heads = meta.opt_int(&name(Field::KvHeads))?.unwrap_or(heads);
+    let head_dim = match meta.opt_int(&name(Field::HeadDim))? {
+        Some(d) => d,
+        None if hidden % heads == 0 => hidden / heads,
+        None => {
+            return Err(hyper(
+                Field::Hidden,
+                HyperProblem::Inconsistent(format!(
+                    "{hidden} is not a multiple of {} = {heads} (and no {} is given)",
+                    name(Field::Heads),
+                    name(Field::HeadDim)
+                )),
+            ))
+        }
+    };
+    let value_length = format!("{arch_name}.attention.value_length");
+    if let Some(v) = meta.opt_int(&value_length)? {
+        if v != head_dim {
+            return Err(meta.hyper(
+                &value_length,
+                HyperProblem::Inconsistent(format!(
+                    "{v} differs from {} = {head_dim} (fulcrum's attention has one head size)",
+                    name(Field::HeadDim)
+                )),
+            ));
+        }
+    }
+    let vocab = meta.strings("tokenizer.ggml.tokens")?.len() as i64;
+    let config = ModelConfig {
+        arch,
+        vocab_size: vocab,
+        hidden_size: hidden,
+        intermediate_size: meta.int(&name(Field::Intermediate))?,
+        num_layers: meta.int(&name(Field::Layers))?,
+        num_heads: heads,
+        num_kv_heads: kv_heads,
+        head_dim,
+        rms_norm_eps: meta.float(&name(Field::NormEps))?,
+        rope_theta: meta.opt_float(&name(Field::RopeTheta))?.unwrap_or(10_000.0),
+        max_position_embeddings: meta.opt_int(&name(Field::MaxPositions))?.unwrap_or(4096),
+        qkv_bias: content.tensor_infos.contains_key("blk.0.attn_q.bias") || arch == Arch::Qwen2,
+        qk_norm: arch == Arch::Qwen3,
+        // No tie flag in GGUF: a file without `output.weight` ties its LM head (llama.cpp).
+        tie_embeddings: !content.tensor_infos.contains_key("output.weight"),
+        bos_token_id: meta.opt_int(&name(Field::BosToken))?,
+        eos_token_ids: meta.opt_int(&name(Field::EosToken))?.into_iter().collect(),
+    };
+    config.check(&name).map_err(|(f, p)| hyper(f, p))?;
+    Ok(config)
+}
+
+/// Checks the file's tensor infos (names and shapes, read with the metadata) against the
+/// config before any tensor is read: every tensor has an HF counterpart, and the shapes are
+/// the config's ([`super::check_shapes`]).
+fn check_tensor_infos(
+    config: &ModelConfig,
+    content: &Content,
+    path: &Path,
+    arch_name: &str,
+) -> Result<()> {
+    let err = |message: String| ModelError::Gguf {
+        path: path.to_path_buf(),
+        message,
+    };
+    let mut declared = BTreeMap::new();
+    for (name, info) in &content.tensor_infos {
+        let hf =
+            hf_name(name).ok_or_else(|| err(format!("tensor `{name}` has no HF counterpart")))?;
+        let shape = info
+            .shape
+            .dims()
+            .iter()
+            .map(|&d| i64::try_from(d))
+            .collect::<std::result::Result<Vec<i64>, _>>()
+            .map_err(|_| err(format!("tensor `{name}`: shape {:?} overflows", info.shape)))?;
+        declared.insert(hf, (shape, path.to_path_buf()));
+    }
+    let name = |f: Field| f.gguf(arch_name);
+    super::check_shapes(
+        config,
+        &declared,
+        &super::Sources {
+            config: path,
+            name: &name,
+            weights: path,
+        },
+    )
+}
+
+/// What a GGUF file's metadata holds, checked: the config, the tokenizer and the chat
+/// template (no tensor read).
+fn read_meta(
+    path: &Path,
+) -> Result<(
+    std::fs::File,
+    Content,
+    ModelConfig,
+    Tokenizer,
+    Option<ChatTemplate>,
+)> {
     let mut file = std::fs::File::open(path).map_err(|e| ModelError::io(path, e))?;
     let content = Content::read(&mut file).map_err(|e| ModelError::Gguf {
         path: path.to_path_buf(),
@@ -234,36 +405,9 @@ pub fn read_gguf(path: &Path) -> Result<GgufModel> {
             )))
         }
     };
-    let key = |k: &str| format!("{arch_name}.{k}");
     let tokenizer = build_tokenizer(&meta)?;
-    let hidden = meta.int(&key("embedding_length"))?;
-    let heads = meta.int(&key("attention.head_count"))?;
-    let kv_heads = meta.int(&key("attention.head_count_kv")).unwrap_or(heads);
-    let head_dim = meta
-        .int(&key("attention.key_length"))
-        .unwrap_or(hidden / heads.max(1));
-    let vocab = meta.strings("tokenizer.ggml.tokens")?.len() as i64;
-    let tied = !content.tensor_infos.contains_key("output.weight");
-    let has_bias = content.tensor_infos.contains_key("blk.0.attn_q.bias");
-    let eos = meta.int("tokenizer.ggml.eos_token_id").ok();
-    let config = ModelConfig {
-        arch,
-        vocab_size: vocab,
-        hidden_size: hidden,
-        intermediate_size: meta.int(&key("feed_forward_length"))?,
-        num_layers: meta.int(&key("block_count"))?,
-        num_heads: heads,
-        num_kv_heads: kv_heads,
-        head_dim,
-        rms_norm_eps: meta.float(&key("attention.layer_norm_rms_epsilon"))?,
-        rope_theta: meta.float(&key("rope.freq_base")).unwrap_or(10_000.0),
-        max_position_embeddings: meta.int(&key("context_length")).unwrap_or(4096),
-        qkv_bias: has_bias || arch == Arch::Qwen2,
-        qk_norm: arch == Arch::Qwen3,
-        tie_embeddings: tied,
-        bos_token_id: meta.int("tokenizer.ggml.bos_token_id").ok(),
-        eos_token_ids: eos.into_iter().collect(),
-    };
+    let config = gguf_config(&meta, &content, arch_name, arch)?;
+    check_tensor_infos(&config, &content, path, arch_name)?;
     let chat = match meta.md.get("tokenizer.chat_template") {
         Some(v) => {
             let source = v
@@ -273,6 +417,28 @@ pub fn read_gguf(path: &Path) -> Result<GgufModel> {
         }
         None => None,
     };
+    Ok((file, content, config, tokenizer, chat))
+}
+
+/// The text side of a GGUF file, from its metadata alone (checked as for loading).
+pub fn read_prompt_encoder(path: &Path) -> Result<crate::PromptEncoder> {
+    let (_, _, config, tokenizer, chat) = read_meta(path)?;
+    Ok(crate::PromptEncoder {
+        tokenizer,
+        chat,
+        max_positions: config.max_position_embeddings as usize,
+    })
+}
+
+/// Read and dequantise a GGUF file: the metadata and tensor infos are checked
+/// ([`gguf_config`], [`check_tensor_infos`]) before any tensor is read.
+pub fn read_gguf(path: &Path) -> Result<GgufModel> {
+    let (mut file, content, config, tokenizer, chat) = read_meta(path)?;
+    let meta = Meta {
+        path,
+        md: &content.metadata,
+    };
+    let arch = config.arch;
     let mut names: Vec<&String> = content.tensor_infos.keys().collect();
     names.sort();
     let mut tensors = HashMap::new();
@@ -292,9 +458,9 @@ pub fn read_gguf(path: &Path) -> Result<GgufModel> {
         let mut t = Tensor::from_slice(&dense.1).reshape(dense.0);
         if arch == Arch::Llama && name.ends_with(".weight") {
             if name.contains(".attn_q.") {
-                t = unpermute_rows(&t, heads);
+                t = unpermute_rows(&t, config.num_heads);
             } else if name.contains(".attn_k.") {
-                t = unpermute_rows(&t, kv_heads);
+                t = unpermute_rows(&t, config.num_kv_heads);
             }
         }
         tensors.insert(hf, t);

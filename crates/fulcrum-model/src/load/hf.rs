@@ -3,15 +3,20 @@
 //!
 //! The tokenizer and chat template are optional (reference fixtures have neither); asking for
 //! them later is then an error. Writing a folder is in `Model::save`.
+//!
+//! A folder with a `manifest.json` is a fulcrum checkpoint: its files are verified against the
+//! manifest before anything is read (`checkpoint.rs`). Every safetensors file is read through
+//! `safetensors.rs`, which checks the header against the file before any tensor is made.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 
 use tch::Tensor;
 
 use crate::chat_template::ChatTemplate;
-use crate::config::{HfConfig, ModelConfig};
-use crate::error::{ModelError, Result, TorchContext};
+use crate::checkpoint::verify_model_files;
+use crate::config::{Field, HfConfig, ModelConfig};
+use crate::error::{ModelError, Result};
 use crate::tokenizer::Tokenizer;
 
 /// What an HF folder holds, read from disk but not yet on a device.
@@ -61,7 +66,7 @@ fn weight_files(dir: &Path) -> Result<(PathBuf, Vec<PathBuf>)> {
 }
 
 /// Read the chat template from `tokenizer_config.json`, if there is one.
-fn read_chat_template(dir: &Path) -> Result<Option<ChatTemplate>> {
+pub(crate) fn read_chat_template(dir: &Path) -> Result<Option<ChatTemplate>> {
     let path = dir.join("tokenizer_config.json");
     if !path.is_file() {
         return Ok(None);
@@ -103,16 +108,25 @@ fn read_chat_template(dir: &Path) -> Result<Option<ChatTemplate>> {
         })
 }
 
-/// Read an HF folder.
+/// Read an HF folder (a checkpoint folder verified first).
 pub fn read_folder(dir: &Path) -> Result<HfFolder> {
+    verify_model_files(dir)?;
     let config_path = dir.join("config.json");
     let config = HfConfig::read(&config_path)?.resolve(&config_path)?;
-    let (weights_path, files) = weight_files(dir)?;
+    let (weights_path, files) = check_weights(dir, &config)?;
     let mut tensors = HashMap::new();
+    let mut from: HashMap<String, PathBuf> = HashMap::new();
     for file in files {
-        let named =
-            Tensor::read_safetensors(&file).ctx(|| format!("reading {}", file.display()))?;
-        tensors.extend(named);
+        for (name, t) in super::safetensors::read_safetensors(&file)? {
+            if let Some(first) = from.get(&name) {
+                return Err(ModelError::Header {
+                    path: file.clone(),
+                    message: format!("tensor `{name}` is also in {}", first.display()),
+                });
+            }
+            from.insert(name.clone(), file.clone());
+            tensors.insert(name, t);
+        }
     }
     let tokenizer_path = dir.join("tokenizer.json");
     let tokenizer = if tokenizer_path.is_file() {
@@ -126,5 +140,51 @@ pub fn read_folder(dir: &Path) -> Result<HfFolder> {
         weights_path,
         tokenizer,
         chat: read_chat_template(dir)?,
+    })
+}
+
+/// The weight files of the folder `dir` (the index or single file, and every file), their
+/// headers' shapes checked against `config` ([`super::check_shapes`]) before any tensor is
+/// read.
+fn check_weights(dir: &Path, config: &ModelConfig) -> Result<(PathBuf, Vec<PathBuf>)> {
+    let (weights_path, files) = weight_files(dir)?;
+    let mut declared = BTreeMap::new();
+    for file in &files {
+        for t in super::safetensors::read_header(file)? {
+            declared.insert(t.name, (t.shape, file.clone()));
+        }
+    }
+    super::check_shapes(
+        config,
+        &declared,
+        &super::Sources {
+            config: &dir.join("config.json"),
+            name: &Field::hf,
+            weights: &weights_path,
+        },
+    )?;
+    Ok((weights_path, files))
+}
+
+/// The text side of an HF folder without its weights: the config (checked, and against the
+/// weight files' headers, as for loading), the tokenizer (an error when the folder has none)
+/// and the chat template.
+pub fn read_prompt_encoder(dir: &Path) -> Result<crate::PromptEncoder> {
+    // A checkpoint's files are verified before any of them is read, here as for the weights.
+    verify_model_files(dir)?;
+    let config_path = dir.join("config.json");
+    let config = HfConfig::read(&config_path)?.resolve(&config_path)?;
+    check_weights(dir, &config)?;
+    let tokenizer_path = dir.join("tokenizer.json");
+    if !tokenizer_path.is_file() {
+        return Err(ModelError::Tokenizer(format!(
+            "{}: the model has no tokenizer (no tokenizer.json)",
+            dir.display()
+        )));
+    }
+    Ok(crate::PromptEncoder {
+        tokenizer: Tokenizer::from_file(&tokenizer_path)?,
+        chat: read_chat_template(dir)?,
+        max_positions: config.max_position_embeddings as usize,
     })
 }

@@ -32,8 +32,8 @@ const RANDOM_SEED: u64 = 0xFFFF_FFFF;
 
 pub struct LlamaCpp {
     http: Http,
-    /// The server's slot count (`/props` `total_slots`), read on first use: one request may
-    /// ask for at most that many completions.
+    /// The server's slot count (`/props` `total_slots`, a probe), read on first use: one
+    /// request may ask for at most that many completions.
     slots: std::sync::OnceLock<usize>,
 }
 
@@ -49,7 +49,7 @@ impl LlamaCpp {
         if let Some(&n) = self.slots.get() {
             return Ok(n);
         }
-        let props = self.http.get("/props")?;
+        let props = self.http.probe("/props")?;
         let n = props
             .json
             .get("total_slots")
@@ -230,7 +230,7 @@ impl EngineClient for LlamaCpp {
     }
 
     fn model_path(&self) -> Result<Option<String>> {
-        let props = self.http.get("/props")?;
+        let props = self.http.probe("/props")?;
         Ok(props
             .json
             .get("model_path")

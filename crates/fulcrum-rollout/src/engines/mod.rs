@@ -46,12 +46,13 @@ pub trait EngineClient: Send + Sync {
     fn generate(&self, req: &GenerateRequest) -> Result<Vec<EngineCompletion>>;
     /// Loads weights written to disk and tags what it samples from now on with `version`.
     fn load_weights(&self, files: &WeightFiles, version: u64) -> Result<()>;
-    /// Answers when the engine is up (`GET /health`, the same route on all three engines).
+    /// Answers when the engine is up (`GET /health`, the same route on all three engines); a
+    /// probe, bounded by [`crate::PROBE_TIMEOUT`].
     fn health(&self) -> Result<()> {
-        self.http().get("/health").map(|_| ())
+        self.http().probe("/health").map(|_| ())
     }
     /// The model file the engine serves, where it says (llama.cpp's `/props`): the metadata
-    /// template of a GGUF push.
+    /// template of a GGUF push. A probe, bounded by [`crate::PROBE_TIMEOUT`].
     fn model_path(&self) -> Result<Option<String>> {
         Ok(None)
     }

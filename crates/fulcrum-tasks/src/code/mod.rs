@@ -13,13 +13,17 @@
 //!
 //! Which sandbox runs the programs is chosen once per process (`crate::sandbox`'s
 //! `sandbox_in_use`: a config key or flag via `set_sandbox_choice`, else `FULCRUM_SANDBOX`,
-//! else `auto`). When no mode
-//! that contains file writes, network and processes works, code rewards are refused: every
-//! code response scores 0 with the reason, which names what is missing and how to get it.
+//! else `auto`). When no mode that contains file writes, network and processes works, code
+//! rewards are refused: every code response scores 0 with the reason, which names what is
+//! missing and how to get it. `spec.rs` holds [`TestSpec`] and the check that a test can fail.
 
 use std::sync::{Condvar, Mutex};
 
 use crate::sandbox::{run_python, sandbox_in_use, RunOutput, SandboxConfig, SandboxError};
+
+mod spec;
+
+pub use spec::{SpecField, SpecProblem, TestSpec};
 
 /// The line the harness prints after the tests ran.
 const SENTINEL: &str = "__fulcrum_tests_passed__";
@@ -57,57 +61,6 @@ pub fn extract_code(response: &str) -> String {
         rest = &body[close + 3..];
     }
     python.or(any).unwrap_or_else(|| response.to_string())
-}
-
-/// How a program is tested.
-#[derive(Debug, Clone, PartialEq)]
-pub enum TestSpec {
-    /// Test code run after the program (assert statements).
-    Asserts(String),
-    /// Test code defining `check(candidate)`, called with the program's `entry_point`.
-    Check {
-        /// The test code.
-        test: String,
-        /// The function under test.
-        entry_point: String,
-    },
-    /// Input/output cases: each runs the program with `input` on stdin and compares stdout.
-    Stdio(Vec<(String, String)>),
-}
-
-impl TestSpec {
-    /// The spec for an `answer` field: `check(candidate)` when an entry point is given,
-    /// stdin/stdout cases when the answer is a JSON list of `{"input", "output"}` objects,
-    /// assert statements otherwise.
-    pub fn from_answer(answer: &str, entry_point: Option<&str>) -> TestSpec {
-        if entry_point.is_none() && answer.trim_start().starts_with('[') {
-            if let Some(cases) = stdio_cases(answer) {
-                return TestSpec::Stdio(cases);
-            }
-        }
-        match entry_point {
-            Some(ep) if !ep.trim().is_empty() => TestSpec::Check {
-                test: answer.to_string(),
-                entry_point: ep.trim().to_string(),
-            },
-            _ => TestSpec::Asserts(answer.to_string()),
-        }
-    }
-}
-
-/// Parses `[{"input": .., "output": ..}, ...]`.
-fn stdio_cases(answer: &str) -> Option<Vec<(String, String)>> {
-    let v: serde_json::Value = serde_json::from_str(answer).ok()?;
-    v.as_array()?
-        .iter()
-        .map(|c| {
-            Some((
-                c.get("input")?.as_str()?.to_string(),
-                c.get("output")?.as_str()?.to_string(),
-            ))
-        })
-        .collect::<Option<Vec<_>>>()
-        .filter(|c| !c.is_empty())
 }
 
 /// The result of testing one program.
@@ -384,6 +337,93 @@ mod tests {
             extract_code("```python\ndef f():\n    return 1\n"),
             "def f():\n    return 1\n"
         );
+    }
+
+    fn refused(answer: &str, entry_point: Option<&str>) -> SpecProblem {
+        match TestSpec::checked(answer, entry_point) {
+            Ok(spec) => panic!("{answer:?} accepted as {spec:?}"),
+            Err(p) => p,
+        }
+    }
+
+    #[test]
+    fn tests_that_cannot_fail_are_refused() {
+        use SpecField::{EntryPoint, Tests};
+        for (answer, ep, field, want) in [
+            ("", None, Tests, "empty"),
+            ("   \n", Some("f"), Tests, "empty"),
+            // Nothing that can fail, once comments and strings are set aside.
+            ("x = f(1)\n", None, Tests, "no assertion"),
+            ("# assert f(1) == 2\npass\n", None, Tests, "no assertion"),
+            (
+                "'''assert f(1) == 2'''\n\"assert\"\n",
+                None,
+                Tests,
+                "no assertion",
+            ),
+            ("print(r'raise it')", None, Tests, "no assertion"),
+            // check(candidate) without the entry point it is called with never runs.
+            (
+                "def check(c):\n    assert c(1) == 2\n",
+                None,
+                EntryPoint,
+                "missing",
+            ),
+            // An entry point whose tests define no check, or check nothing.
+            ("assert f(1) == 2", Some("f"), Tests, "defines no `check`"),
+            (
+                "def check(candidate):\n    candidate(1)\n",
+                Some("f"),
+                Tests,
+                "no assertion",
+            ),
+            (
+                "def check(c):\n    assert c(1)\n",
+                Some("f(); import os"),
+                EntryPoint,
+                "not a function name",
+            ),
+            // stdin/stdout cases.
+            ("[]", None, Tests, "empty list of stdin/stdout cases"),
+            ("[{\"input\": \"1\"}]", None, Tests, "case 1"),
+            (
+                "[{\"input\": \"1\", \"output\": \" \\n\"}]",
+                None,
+                Tests,
+                "empty output",
+            ),
+        ] {
+            let p = refused(answer, ep);
+            assert_eq!(p.field, field, "{answer:?}: {p:?}");
+            assert!(p.problem.contains(want), "{answer:?}: {p:?}");
+        }
+    }
+
+    #[test]
+    fn tests_that_can_fail_are_accepted_as_before() {
+        for (answer, ep) in [
+            ("assert add(1, 2) == 3", None),
+            ("import math\nassert math.isclose(f(2), 4.0)", None),
+            ("def check(c):\n    assert c(1) == 2\ncheck(f)\n", None),
+            ("if f(1) != 2:\n    raise AssertionError('f')", None),
+            (
+                "class T:\n    def test(self):\n        self.assertEqual(f(1), 2)",
+                None,
+            ),
+            (
+                "METADATA = {}\n\ndef check(candidate):\n    assert candidate(1) == 2\n",
+                Some("f"),
+            ),
+            (
+                "def check(candidate):\n    assert candidate([1]) == 1\n",
+                Some("Solution().maxSum"),
+            ),
+            ("[{\"input\": \"1 2\\n\", \"output\": \"3\\n\"}]", None),
+        ] {
+            let spec =
+                TestSpec::checked(answer, ep).unwrap_or_else(|p| panic!("{answer:?}: {p:?}"));
+            assert_eq!(spec, TestSpec::from_answer(answer, ep));
+        }
     }
 
     #[test]

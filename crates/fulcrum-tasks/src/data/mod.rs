@@ -42,17 +42,26 @@ pub fn load(path: &Path, format: Format) -> Result<Loaded> {
 
 /// Like [`load`], but the first unusable record is an error, and an empty file too.
 pub fn load_strict(path: &Path, format: Format) -> Result<Vec<Example>> {
-    let loaded = load(path, format)?;
-    if let Some(e) = loaded.problems.into_iter().next() {
-        return Err(e);
+    Ok(load_numbered(path, format)?
+        .into_iter()
+        .map(|(_, e)| e)
+        .collect())
+}
+
+/// [`load_strict`] with each example's line (or element, or row) in the file, so that a
+/// later check of its text can name `file:line`.
+pub fn load_numbered(path: &Path, format: Format) -> Result<Vec<(usize, Example)>> {
+    let mut out = Vec::new();
+    for (line, v) in read::read_records(path)? {
+        out.push((line, formats::to_example(path, line, &v, format)?));
     }
-    if loaded.examples.is_empty() {
+    if out.is_empty() {
         return Err(TaskError::Format {
             path: path.into(),
             problem: "no records".into(),
         });
     }
-    Ok(loaded.examples)
+    Ok(out)
 }
 
 /// What [`dedupe`] did.

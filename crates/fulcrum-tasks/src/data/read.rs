@@ -17,7 +17,8 @@ use crate::error::{Result, TaskError};
 pub type RawRecord = (usize, Value);
 
 /// Reads every record of a `.jsonl`, `.jsonl.gz`, `.json` (array, or one object per line) or
-/// `.parquet` file.
+/// `.parquet` file. Bytes that are not UTF-8 are an error naming the line and the byte offset
+/// in the file (in the decompressed stream for `.gz`).
 pub fn read_records(path: &Path) -> Result<Vec<RawRecord>> {
     let name = path.to_string_lossy().to_lowercase();
     if name.ends_with(".parquet") {
@@ -31,12 +32,13 @@ pub fn read_records(path: &Path) -> Result<Vec<RawRecord>> {
     };
     let mut reader = BufReader::new(reader);
     if name.ends_with(".json") || name.ends_with(".json.gz") {
-        let mut text = String::new();
+        let mut bytes = Vec::new();
         reader
-            .read_to_string(&mut text)
+            .read_to_end(&mut bytes)
             .map_err(|e| TaskError::io(path, e))?;
+        let text = utf8(path, &bytes, 1, 0)?;
         if text.trim_start().starts_with('[') {
-            let v: Value = serde_json::from_str(&text).map_err(|e| TaskError::Record {
+            let v: Value = serde_json::from_str(text).map_err(|e| TaskError::Record {
                 path: path.into(),
                 line: e.line(),
                 field: "(json)".into(),
@@ -56,12 +58,40 @@ pub fn read_records(path: &Path) -> Result<Vec<RawRecord>> {
         }
         return parse_lines(path, text.lines().map(|l| Ok(l.to_string())));
     }
-    parse_lines(
-        path,
-        (&mut reader)
-            .lines()
-            .map(|l| l.map_err(|e| TaskError::io(path, e))),
-    )
+    let mut line = 0usize;
+    let mut offset = 0usize;
+    let lines = std::iter::from_fn(move || {
+        let mut buf = Vec::new();
+        match reader.read_until(b'\n', &mut buf) {
+            Ok(0) => None,
+            Ok(n) => {
+                line += 1;
+                let at = offset;
+                offset += n;
+                Some(utf8(path, &buf, line, at).map(|l| {
+                    let l = l.strip_suffix('\n').unwrap_or(l);
+                    l.strip_suffix('\r').unwrap_or(l).to_string()
+                }))
+            }
+            Err(e) => Some(Err(TaskError::io(path, e))),
+        }
+    });
+    parse_lines(path, lines)
+}
+
+/// `bytes` (starting on 1-based `line`, at byte `offset` of the file) as text; bytes that are
+/// not UTF-8 are an error naming their line and their offset in the file.
+fn utf8<'a>(path: &Path, bytes: &'a [u8], line: usize, offset: usize) -> Result<&'a str> {
+    std::str::from_utf8(bytes).map_err(|e| {
+        let good = &bytes[..e.valid_up_to()];
+        let newlines = good.iter().filter(|&&b| b == b'\n').count();
+        TaskError::record(
+            path,
+            line + newlines,
+            "(text)",
+            format!("not valid UTF-8 (byte offset {})", offset + e.valid_up_to()),
+        )
+    })
 }
 
 fn parse_lines(path: &Path, lines: impl Iterator<Item = Result<String>>) -> Result<Vec<RawRecord>> {
@@ -137,6 +167,39 @@ mod tests {
             3
         );
         Ok(())
+    }
+
+    #[test]
+    fn bytes_that_are_not_utf8_name_the_line_and_the_offset() {
+        let err = |name: &str, bytes: &[u8]| {
+            read_records(&temp(name, bytes))
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default()
+        };
+        // Line 2 starts at byte 8; its bad byte is at 8 + 9.
+        let jsonl = b"{\"a\":1}\n{\"a\":\"caf\xe9\"}\n";
+        let e = err("u.jsonl", jsonl);
+        assert!(
+            e.contains("u.jsonl:2:") && e.contains("not valid UTF-8 (byte offset 17)"),
+            "{e}"
+        );
+        let e = err("u.json", b"[{\"a\":1},\n{\"a\":\"\xff\"}]");
+        assert!(
+            e.contains("u.json:2:") && e.contains("not valid UTF-8 (byte offset 16)"),
+            "{e}"
+        );
+        use std::io::Write;
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        gz.write_all(jsonl).unwrap_or_default();
+        let e = err("u.jsonl.gz", &gz.finish().unwrap_or_default());
+        assert!(
+            e.contains("u.jsonl.gz:2:") && e.contains("byte offset 17"),
+            "{e}"
+        );
+        // Windows line ends are still line ends.
+        let ok = read_records(&temp("crlf.jsonl", b"{\"a\":1}\r\n{\"a\":2}\r\n"));
+        assert_eq!(ok.map(|r| r.len()).unwrap_or(0), 2);
     }
 
     #[test]

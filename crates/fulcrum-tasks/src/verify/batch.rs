@@ -4,15 +4,16 @@
 //! Each JSONL line holds `response`, `answer` (a string; a number for math; for code, test code
 //! or a list of `{"input", "output"}` stdin/stdout cases) and optionally
 //! `verifier` (`math` default, `exact`, `code`) and `entry_point` (code with a
-//! `check(candidate)` test). [`parse_requests`] checks every line first, so a malformed line is
-//! an error naming `file:line: field` before anything is scored; [`score_requests`] scores them
+//! `check(candidate)` test). [`parse_requests`] checks every line first, so a malformed line
+//! (code tests that cannot fail included: `crate::code::TestSpec::checked`) is an error naming
+//! `file:line: field` before anything is scored; [`score_requests`] scores them
 //! in input order, running code items concurrently in the sandbox.
 
 use std::path::Path;
 
 use serde_json::Value;
 
-use crate::code::{extract_code, CodeRunner, TestSpec};
+use crate::code::{extract_code, CodeRunner, SpecField, TestSpec};
 use crate::error::{Result, TaskError};
 use crate::verify::{score_response, RewardMode, Score, Verifier};
 
@@ -66,6 +67,14 @@ pub fn parse_request(path: &Path, line: usize, text: &str) -> Result<ScoreReques
         Some(Value::String(s)) => Some(s.clone()),
         Some(_) => return Err(err("entry_point", "expected a string".into())),
     };
+    // Tests that cannot fail would score any program that runs as right: refused, as when a
+    // dataset is read.
+    if verifier == Verifier::Code {
+        TestSpec::checked(&answer, entry_point.as_deref()).map_err(|p| match p.field {
+            SpecField::Tests => err("answer", p.problem),
+            SpecField::EntryPoint => err("entry_point", p.problem),
+        })?;
+    }
     Ok(ScoreRequest {
         response,
         answer,
@@ -158,6 +167,35 @@ mod tests {
             e.starts_with("in.jsonl:1: verifier: unknown verifier"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn code_lines_whose_tests_cannot_fail_are_refused() {
+        let p = Path::new("in.jsonl");
+        for (line, want) in [
+            (
+                r#"{"response": "x", "answer": "", "verifier": "code"}"#,
+                "in.jsonl:1: answer: empty",
+            ),
+            (
+                r##"{"response": "x", "answer": "# assert f()", "verifier": "code"}"##,
+                "in.jsonl:1: answer: no assertion",
+            ),
+            (
+                r#"{"response": "x", "answer": [], "verifier": "code"}"#,
+                "in.jsonl:1: answer: an empty list",
+            ),
+            (
+                r#"{"response": "x", "answer": "assert f()", "verifier": "code", "entry_point": "f"}"#,
+                "in.jsonl:1: answer: defines no `check`",
+            ),
+        ] {
+            let e = parse_request(p, 1, line)
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default();
+            assert!(e.starts_with(want), "{e}");
+        }
     }
 
     #[test]

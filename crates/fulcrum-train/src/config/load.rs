@@ -1,5 +1,6 @@
 //! Reading a config: defaults < TOML file < `--set` overrides, with errors naming the file and
-//! the key path; and writing the resolved config back as TOML.
+//! the key path (or the `--set` that gave the key its value); and writing the resolved config
+//! back as TOML.
 
 use std::path::Path;
 
@@ -10,7 +11,8 @@ use crate::TrainError;
 
 impl Config {
     /// Reads `path` (or only the defaults when `None`), applies `--set` overrides in order,
-    /// and validates. Messages name the file, or `(defaults)` when there is none.
+    /// and validates. Messages name the key and where its value came from: the `--set` that
+    /// gave it, else the file, or `(defaults)` when there is none.
     pub fn load(path: Option<&Path>, overrides: &[String]) -> Result<Self, TrainError> {
         let (file, mut table) = match path {
             Some(p) => {
@@ -29,7 +31,7 @@ impl Config {
         for o in overrides {
             apply_override(&mut table, o)?;
         }
-        Self::from_table(table, &file)
+        Self::from_table(table, &file).map_err(|e| blame_override(e, overrides))
     }
 
     /// Deserialises a table over the defaults, naming the key path of any error.
@@ -37,15 +39,11 @@ impl Config {
         let params = take_loss_params(&mut table, file)?;
         let mut cfg: Config =
             serde_path_to_error::deserialize(toml::Value::Table(table)).map_err(|e| {
-                let key = e.path().to_string();
-                let message = e.into_inner().to_string().trim_end().to_string();
+                let path = e.path().to_string();
+                let (key, message) = key_and_message(&path, &e.into_inner().to_string());
                 TrainError::ConfigKey {
                     file: file.to_string(),
-                    key: if key == "." {
-                        "(top level)".into()
-                    } else {
-                        key
-                    },
+                    key,
                     message,
                 }
             })?;
@@ -80,7 +78,7 @@ fn take_loss_params(table: &mut toml::Table, file: &str) -> Result<LossParams, T
     if let Some(k) = ppo.keys().find(|k| !known.contains(k)) {
         let expected: Vec<String> = known.iter().map(|k| format!("`{k}`")).collect();
         return Err(key_error(
-            "ppo".into(),
+            format!("ppo.{k}"),
             format!(
                 "unknown field `{k}`, expected one of {}",
                 expected.join(", ")
@@ -94,9 +92,76 @@ fn take_loss_params(table: &mut toml::Table, file: &str) -> Result<LossParams, T
         }
     }
     serde_path_to_error::deserialize(toml::Value::Table(mine)).map_err(|e| {
-        let key = format!("ppo.{}", e.path());
-        key_error(key, e.into_inner().to_string().trim_end().to_string())
+        let path = format!("ppo.{}", e.path());
+        let (key, message) = key_and_message(&path, &e.into_inner().to_string());
+        key_error(key, message)
     })
+}
+
+/// The dotted key and the message of a deserialisation error at `path`: an unknown field is
+/// named in full (`rollout.grup_size`, not `rollout`), and an integer outside its key's type
+/// says so (`-1` for a count: "must be >= 0", not serde's "expected usize").
+fn key_and_message(path: &str, message: &str) -> (String, String) {
+    let message = message.trim_end();
+    let unknown = message
+        .strip_prefix("unknown field `")
+        .and_then(|rest| rest.split_once('`'))
+        .map(|(field, _)| field);
+    let key = match (path, unknown) {
+        (".", Some(field)) => field.to_string(),
+        (".", None) => "(top level)".to_string(),
+        (p, Some(field)) if !p.ends_with(&format!(".{field}")) && p != field => {
+            format!("{p}.{field}")
+        }
+        (p, _) => p.to_string(),
+    };
+    (
+        key,
+        integer_range_message(message).unwrap_or(message.to_string()),
+    )
+}
+
+/// serde's "invalid value: integer `-3`, expected usize" as what the key takes.
+fn integer_range_message(message: &str) -> Option<String> {
+    let rest = message.strip_prefix("invalid value: integer `")?;
+    let (value, rest) = rest.split_once('`')?;
+    let ty = rest
+        .strip_prefix(", expected ")?
+        .split_whitespace()
+        .next()?;
+    let max: u64 = match ty {
+        "u8" => u8::MAX.into(),
+        "u16" => u16::MAX.into(),
+        "u32" => u32::MAX.into(),
+        "u64" | "usize" => u64::MAX,
+        _ => return None,
+    };
+    Some(if value.starts_with('-') {
+        format!("must be a whole number >= 0, got {value}")
+    } else {
+        format!("{value} is out of range: this key takes a whole number from 0 to {max}")
+    })
+}
+
+/// The key of an override, `key.path` of `key.path=value`.
+fn override_key(given: &str) -> &str {
+    given.split_once('=').map_or(given, |(k, _)| k).trim()
+}
+
+/// An error about a key that a `--set` gave its value names that `--set` instead of the file:
+/// the key itself, a key inside a table it set, or the table holding a key it set.
+fn blame_override(e: TrainError, overrides: &[String]) -> TrainError {
+    let TrainError::ConfigKey { file, key, message } = e else {
+        return e;
+    };
+    let covers = |set: &str| {
+        set == key || key.starts_with(&format!("{set}.")) || set.starts_with(&format!("{key}."))
+    };
+    let file = match overrides.iter().rev().find(|o| covers(override_key(o))) {
+        Some(given) => format!("--set {given}"),
+        None => file,
+    };
+    TrainError::ConfigKey { file, key, message }
 }
 
 /// Applies one `key.path=value` override to the raw table. The value is read as TOML (so
@@ -115,7 +180,11 @@ pub fn apply_override(table: &mut toml::Table, given: &str) -> Result<(), TrainE
     if parts.iter().any(|p| p.is_empty()) {
         return Err(bad("empty key"));
     }
-    let value = parse_value(raw.trim());
+    let value = parse_value(raw.trim()).map_err(|message| TrainError::ConfigKey {
+        file: format!("--set {given}"),
+        key: key.to_string(),
+        message,
+    })?;
     let mut node = table;
     for p in &parts[..parts.len() - 1] {
         let entry = node
@@ -129,14 +198,28 @@ pub fn apply_override(table: &mut toml::Table, given: &str) -> Result<(), TrainE
     Ok(())
 }
 
-fn parse_value(raw: &str) -> toml::Value {
+/// A `--set` value: TOML when it reads as TOML, else a plain string; but an integer that TOML
+/// cannot hold is an error saying so, never the string a key of numbers would then call "a
+/// string".
+fn parse_value(raw: &str) -> Result<toml::Value, String> {
     let doc = format!("v = {raw}");
     match doc.parse::<toml::Table>() {
-        Ok(mut t) => t
+        Ok(mut t) => Ok(t
             .remove("v")
-            .unwrap_or_else(|| toml::Value::String(raw.to_string())),
-        Err(_) => toml::Value::String(raw.to_string()),
+            .unwrap_or_else(|| toml::Value::String(raw.to_string()))),
+        Err(_) if looks_like_integer(raw) => Err(format!(
+            "the number {raw} is out of range: a config integer is at most {}",
+            i64::MAX
+        )),
+        Err(_) => Ok(toml::Value::String(raw.to_string())),
     }
+}
+
+/// Whether `raw` is spelled as a decimal integer (a sign, digits, TOML's `_` separators).
+fn looks_like_integer(raw: &str) -> bool {
+    let digits = raw.strip_prefix(['+', '-']).unwrap_or(raw);
+    digits.starts_with(|c: char| c.is_ascii_digit())
+        && digits.chars().all(|c| c.is_ascii_digit() || c == '_')
 }
 
 #[cfg(test)]
@@ -249,7 +332,7 @@ mod tests {
         let err = Config::load(None, &["steps=many".into()])
             .unwrap_err()
             .to_string();
-        assert!(err.starts_with("(defaults): steps:"), "{err}");
+        assert!(err.starts_with("--set steps=many: steps:"), "{err}");
         let err = Config::load(None, &["rule=ba_batch".into()])
             .unwrap_err()
             .to_string();
@@ -316,5 +399,82 @@ mod tests {
         let p = write(dir.path(), "steps = 5\nrule = \n");
         let err = Config::load(Some(&p), &[]).unwrap_err().to_string();
         assert!(err.contains("c.toml") && err.contains("line 2"), "{err}");
+    }
+
+    #[test]
+    fn an_error_names_the_set_that_gave_the_key_its_value_else_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = write(dir.path(), "[rollout]\ngroup_size = 1\n");
+        let err = Config::load(Some(&p), &["steps=3".into()])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("c.toml: rollout.group_size:"), "{err}");
+        let err = Config::load(Some(&p), &["rollout.group_size=0".into()])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("--set rollout.group_size=0: rollout.group_size:"),
+            "{err}"
+        );
+        // An unknown key is named in full, and by the --set that typed it.
+        let err = Config::load(None, &["rollout.grup_size=4".into()])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("--set rollout.grup_size=4: rollout.grup_size:"),
+            "{err}"
+        );
+        let err = Config::load(None, &["ppo.eps_hgh=0.3".into()])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("--set ppo.eps_hgh=0.3: ppo.eps_hgh:"),
+            "{err}"
+        );
+        let err = Config::load(None, &["stepz=3".into()])
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("--set stepz=3: stepz:"), "{err}");
+    }
+
+    #[test]
+    fn a_number_out_of_range_is_said_so_not_called_a_string() {
+        let err = Config::load(None, &["steps=99999999999999999999".into()])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("steps")
+                && err.contains("out of range")
+                && err.contains("--set")
+                && !err.contains("string"),
+            "{err}"
+        );
+        for (set, key, says) in [
+            (
+                "rollout.group_size=-4",
+                "rollout.group_size",
+                ">= 0, got -4",
+            ),
+            ("task.difficulty=-1", "task.difficulty", ">= 0, got -1"),
+            (
+                "task.difficulty=99999999999",
+                "task.difficulty",
+                "out of range",
+            ),
+            (
+                "rollout.engine_max_failures=-1",
+                "rollout.engine_max_failures",
+                ">= 0",
+            ),
+        ] {
+            let err = Config::load(None, &[set.into()]).unwrap_err().to_string();
+            assert!(
+                err.contains(&format!("--set {set}: {key}:")) && err.contains(says),
+                "{set}: {err}"
+            );
+        }
+        // A string where a string belongs still needs no quotes.
+        let c = Config::load(None, &["rule=seq".into(), "run_name=123abc".into()]).unwrap();
+        assert_eq!(c.run_name, "123abc");
     }
 }

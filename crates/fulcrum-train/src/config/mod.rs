@@ -349,13 +349,10 @@ impl Default for Config {
             threads: 0,
             sandbox: SandboxChoice::Auto,
             model: ModelConfig::default(),
-            // The CPU demo: 3-digit additions whose demonstrations carry a mistake one time in
-            // five, so that SFT leaves room for RL to improve.
-            task: TaskConfig {
-                difficulty: 2,
-                mistake_rate: 0.2,
-                ..TaskConfig::default()
-            },
+            // The CPU demo's task is the task library's default (3-digit additions whose
+            // demonstrations carry a mistake one time in five), so that a `[task]` table given
+            // in part keeps the same defaults.
+            task: TaskConfig::default(),
             rollout: RolloutConfig::default(),
             ppo: PpoConfig::default(),
             optim: OptimConfig::default(),

@@ -1,25 +1,137 @@
-//! Range checks that types cannot express; each error names the key at fault.
+//! Range checks that types cannot express. Each error names exactly the key at fault (never a
+//! neighbour, never a whole section), and every size has an upper bound that no real run comes
+//! near, so that a typo is refused here, naming the key and the bound, instead of reaching
+//! libtorch as an allocation failure. The bounds shared with the command line are
+//! `fulcrum_model::limits`'s; the others are below, each with its reason.
+
+use fulcrum_core::Rule;
+use fulcrum_model::limits::{
+    MAX_BATCH_SEQUENCES, MAX_PROMPTS, MAX_SAMPLES_PER_PROMPT, MAX_SEQUENCE_TOKENS, MAX_THREADS,
+};
+use fulcrum_rollout::EngineKind;
+use fulcrum_tasks::{TaskConfig, TaskError};
 
 use super::Config;
 use crate::TrainError;
-use fulcrum_core::Rule;
+
+/// `rollout.dynamic_sampling_max_draws`: DAPO redraws a handful of times; 1,024 draws of a
+/// step's prompts is a run that never fills a batch.
+const MAX_DRAWS: usize = 1024;
+
+/// `rollout.engine_requests`: requests in flight on one engine; servers batch a few hundred.
+const MAX_ENGINE_REQUESTS: usize = 65_536;
+
+/// `rollout.engine_timeout_s` and `dist.timeout_s`: one week. A wait longer than that is a
+/// hang; beyond some bound a timeout no longer fits the clocks' types.
+const MAX_SECONDS: u64 = 7 * 24 * 3600;
+
+/// `dist.bucket_mb`: 64 GiB, more than any one device's memory.
+const MAX_BUCKET_MB: usize = 65_536;
+
+/// Why a size bound is what it is, said with the bound.
+const WHY_TOKENS: &str = "8 times the longest context of any model fulcrum loads";
+const WHY_SAMPLES: &str = "32 times the largest pass@k studies";
+const WHY_PROMPTS: &str = "ten times the largest evaluation sets";
+const WHY_BATCH: &str = "128 times a paper-scale step's responses";
+const WHY_THREADS: &str = "several times the hardware threads of the largest machines";
+
+/// The first failed check: the key and what is wrong with it.
+type Check = Result<(), (String, String)>;
+
+fn fail(key: &str, message: String) -> Check {
+    Err((key.to_string(), message))
+}
+
+/// A count in `min..=max`; above `max`, the bound and why it is there are said.
+fn count(key: &str, value: usize, min: usize, max: usize, why: &str) -> Check {
+    if value < min {
+        fail(key, format!("must be >= {min}, got {value}"))
+    } else if value > max {
+        fail(
+            key,
+            format!("{value} is more than {max}, the most fulcrum accepts ({why})"),
+        )
+    } else {
+        Ok(())
+    }
+}
+
+/// A finite number in `[min, ...)` (or `(min, ...)` when `strict`).
+fn number(key: &str, value: f64, min: f64, strict: bool) -> Check {
+    let ok = value.is_finite() && if strict { value > min } else { value >= min };
+    if ok {
+        Ok(())
+    } else {
+        let op = if strict { ">" } else { ">=" };
+        fail(key, format!("must be finite and {op} {min}, got {value}"))
+    }
+}
+
+/// A task table's range checks (`fulcrum_tasks::TaskConfig::validate`) under its dotted key.
+fn task(section: &str, t: &TaskConfig) -> Check {
+    match t.validate() {
+        Ok(()) => Ok(()),
+        Err(TaskError::Setting { key, problem }) => fail(&format!("{section}.{key}"), problem),
+        Err(other) => fail(section, other.to_string()),
+    }
+}
 
 impl Config {
-    /// Range checks that types cannot express.
+    /// Range checks that types cannot express; the error names `file` and the one key at fault.
     pub fn validate(&self, file: &str) -> Result<(), TrainError> {
-        let bad = |key: &str, message: String| {
-            Err(TrainError::ConfigKey {
+        self.check()
+            .map_err(|(key, message)| TrainError::ConfigKey {
                 file: file.to_string(),
-                key: key.to_string(),
+                key,
                 message,
             })
-        };
-        let r = &self.rollout;
-        if r.prompts_per_step == 0 {
-            return bad("rollout.prompts_per_step", "must be >= 1".into());
+    }
+
+    fn check(&self) -> Check {
+        count("threads", self.threads, 0, MAX_THREADS, WHY_THREADS)?;
+        self.check_rollout()?;
+        self.check_dist()?;
+        self.check_ppo()?;
+        self.check_optim()?;
+        self.check_sft_and_eval()?;
+        if let Some(l) = self.drgrpo_l_norm {
+            number("drgrpo_l_norm", l, 0.0, true)?;
         }
+        let lambda = self.ba_pos_scale;
+        number("ba_pos_scale", lambda, 0.0, true)?;
+        if lambda != 1.0 && !matches!(self.rule, Rule::Ba | Rule::BaBatch) {
+            return fail(
+                "ba_pos_scale",
+                format!(
+                    "scales BA's positive side and means nothing under rule {}: use rule ba or \
+                     ba-batch, or leave it at 1",
+                    self.rule
+                ),
+            );
+        }
+        if let Some(lora) = &self.model.lora {
+            if let Err(e) = lora.validate() {
+                return fail(&format!("model.lora.{}", e.field), e.reason);
+            }
+        }
+        task("task", &self.task)?;
+        if let Some(t) = &self.eval.task {
+            task("eval.task", t)?;
+        }
+        Ok(())
+    }
+
+    fn check_rollout(&self) -> Check {
+        let r = &self.rollout;
+        count(
+            "rollout.prompts_per_step",
+            r.prompts_per_step,
+            1,
+            MAX_PROMPTS,
+            WHY_PROMPTS,
+        )?;
         if r.group_size < 2 {
-            return bad(
+            return fail(
                 "rollout.group_size",
                 format!(
                     "must be >= 2 for group-relative advantages, got {}",
@@ -27,41 +139,75 @@ impl Config {
                 ),
             );
         }
-        if !(r.temperature >= 0.0 && r.temperature.is_finite()) {
-            return bad(
-                "rollout.temperature",
-                format!("must be finite and >= 0, got {}", r.temperature),
+        count(
+            "rollout.group_size",
+            r.group_size,
+            2,
+            MAX_SAMPLES_PER_PROMPT,
+            WHY_SAMPLES,
+        )?;
+        let responses = r.prompts_per_step * r.group_size;
+        if responses > MAX_BATCH_SEQUENCES {
+            return fail(
+                "rollout.group_size",
+                format!(
+                    "{} responses to each of rollout.prompts_per_step = {} prompts is {responses} \
+                     responses a step, more than {MAX_BATCH_SEQUENCES}, the most fulcrum accepts \
+                     ({WHY_BATCH})",
+                    r.group_size, r.prompts_per_step
+                ),
             );
         }
+        number("rollout.temperature", r.temperature, 0.0, false)?;
         if !(r.top_p > 0.0 && r.top_p <= 1.0) {
-            return bad(
+            return fail(
                 "rollout.top_p",
                 format!("must be in (0, 1], got {}", r.top_p),
             );
         }
-        if r.max_response_len == 0 || r.max_prompt_len == 0 {
-            return bad("rollout.max_response_len", "lengths must be >= 1".into());
-        }
+        count(
+            "rollout.max_prompt_len",
+            r.max_prompt_len,
+            1,
+            MAX_SEQUENCE_TOKENS,
+            WHY_TOKENS,
+        )?;
+        count(
+            "rollout.max_response_len",
+            r.max_response_len,
+            1,
+            MAX_SEQUENCE_TOKENS,
+            WHY_TOKENS,
+        )?;
         if r.overlong_buffer >= r.max_response_len && r.overlong_buffer > 0 {
-            return bad(
+            return fail(
                 "rollout.overlong_buffer",
-                format!("must be below max_response_len ({})", r.max_response_len),
+                format!(
+                    "{} must be below rollout.max_response_len = {}",
+                    r.overlong_buffer, r.max_response_len
+                ),
             );
         }
-        if r.dynamic_sampling && r.dynamic_sampling_max_draws == 0 {
-            return bad("rollout.dynamic_sampling_max_draws", "must be >= 1".into());
-        }
+        number("rollout.overlong_penalty", r.overlong_penalty, 0.0, false)?;
+        let draws_min = usize::from(r.dynamic_sampling);
+        count(
+            "rollout.dynamic_sampling_max_draws",
+            r.dynamic_sampling_max_draws,
+            draws_min,
+            MAX_DRAWS,
+            "a step that needs more draws never fills its batch",
+        )?;
         match (r.engine, r.engine_urls.is_empty()) {
-            (fulcrum_rollout::EngineKind::Native, false) => {
-                return bad(
+            (EngineKind::Native, false) => {
+                return fail(
                     "rollout.engine_urls",
                     "is set but rollout.engine = \"native\" samples in the trainer: set \
                      rollout.engine to vllm, sglang or llamacpp, or drop the URLs"
                         .into(),
                 )
             }
-            (kind, true) if kind != fulcrum_rollout::EngineKind::Native => {
-                return bad(
+            (kind, true) if kind != EngineKind::Native => {
+                return fail(
                     "rollout.engine_urls",
                     format!("rollout.engine = \"{kind}\" needs at least one server URL"),
                 )
@@ -73,39 +219,40 @@ impl Config {
             .iter()
             .find(|u| !(u.starts_with("http://") || u.starts_with("https://")))
         {
-            return bad(
+            return fail(
                 "rollout.engine_urls",
                 format!("{u:?} is not an http:// or https:// URL"),
             );
         }
-        if self.dist.timeout_s == 0 || self.dist.bucket_mb == 0 {
-            return bad(
-                "dist.timeout_s",
-                "dist.timeout_s and dist.bucket_mb must be >= 1".into(),
-            );
-        }
-        if !(r.engine_timeout_s > 0.0 && r.engine_timeout_s.is_finite()) {
-            return bad(
+        if !(r.engine_timeout_s > 0.0 && r.engine_timeout_s <= MAX_SECONDS as f64) {
+            return fail(
                 "rollout.engine_timeout_s",
-                "must be a positive number of seconds".into(),
+                format!(
+                    "must be a positive number of seconds, at most {MAX_SECONDS} (a week), got {}",
+                    r.engine_timeout_s
+                ),
             );
         }
-        if r.engine_requests == 0 || r.engine_max_failures == 0 {
-            return bad(
-                "rollout.engine_requests",
-                "engine_requests and engine_max_failures must be >= 1".into(),
-            );
+        count(
+            "rollout.engine_requests",
+            r.engine_requests,
+            1,
+            MAX_ENGINE_REQUESTS,
+            "servers batch a few hundred requests",
+        )?;
+        if r.engine_max_failures == 0 {
+            return fail("rollout.engine_max_failures", "must be >= 1, got 0".into());
         }
         if let Some(cap) = r.is_cap {
             if !(cap >= 1.0 && cap.is_finite()) {
-                return bad(
+                return fail(
                     "rollout.is_cap",
                     format!("must be a finite cap >= 1 (2.0 is usual), got {cap}"),
                 );
             }
         }
-        if r.overlap && r.engine == fulcrum_rollout::EngineKind::Native {
-            return bad(
+        if r.overlap && r.engine == EngineKind::Native {
+            return fail(
                 "rollout.overlap",
                 "needs rollout.engine = vllm, sglang or llamacpp (the native sampler shares the \
                  trainer's process)"
@@ -113,13 +260,37 @@ impl Config {
             );
         }
         if r.overlap && r.is_cap.is_none() {
-            return bad(
+            return fail(
                 "rollout.overlap",
                 "samples from weights one step behind, so it needs the importance correction: \
                  set rollout.is_cap (2.0 is usual)"
                     .into(),
             );
         }
+        Ok(())
+    }
+
+    fn check_dist(&self) -> Check {
+        let d = &self.dist;
+        if d.timeout_s == 0 || d.timeout_s > MAX_SECONDS {
+            return fail(
+                "dist.timeout_s",
+                format!(
+                    "must be from 1 to {MAX_SECONDS} seconds (a week), got {}",
+                    d.timeout_s
+                ),
+            );
+        }
+        count(
+            "dist.bucket_mb",
+            d.bucket_mb,
+            1,
+            MAX_BUCKET_MB,
+            "more than any device's memory",
+        )
+    }
+
+    fn check_ppo(&self) -> Check {
         let p = &self.ppo;
         p.params
             .clip()
@@ -127,79 +298,211 @@ impl Config {
             .and_then(|()| p.params.validate(p.loss))
             .or_else(|e| match e {
                 fulcrum_core::CoreError::InvalidParam { name, why } => {
-                    bad(&format!("ppo.{name}"), why)
+                    fail(&format!("ppo.{name}"), why)
                 }
-                other => bad("ppo", other.to_string()),
+                other => fail("ppo.loss", other.to_string()),
             })?;
-        if self.sft.batch_size == 0 || self.sft.micro_batch_size == 0 {
-            return bad("sft", "batch_size and micro_batch_size must be >= 1".into());
+        if p.epochs == 0 {
+            return fail("ppo.epochs", "must be >= 1, got 0".into());
         }
-        if p.epochs == 0 || p.mini_batches == 0 || p.micro_batch_size == 0 {
-            return bad(
-                "ppo",
-                "epochs, mini_batches and micro_batch_size must be >= 1".into(),
-            );
+        if p.mini_batches == 0 {
+            return fail("ppo.mini_batches", "must be >= 1, got 0".into());
         }
-        if p.mini_batches > r.prompts_per_step {
-            return bad(
+        if p.mini_batches > self.rollout.prompts_per_step {
+            return fail(
                 "ppo.mini_batches",
                 format!(
-                    "{} mini-batches cannot split {} prompts",
-                    p.mini_batches, r.prompts_per_step
+                    "{} mini-batches cannot split rollout.prompts_per_step = {} prompts",
+                    p.mini_batches, self.rollout.prompts_per_step
                 ),
             );
         }
-        for (key, v) in [
-            ("ppo.kl_coef", p.kl_coef),
-            ("ppo.entropy_coef", p.entropy_coef),
-        ] {
-            if !(v >= 0.0 && v.is_finite()) {
-                return bad(key, format!("must be finite and >= 0, got {v}"));
-            }
-        }
+        count(
+            "ppo.micro_batch_size",
+            p.micro_batch_size,
+            1,
+            MAX_BATCH_SEQUENCES,
+            WHY_BATCH,
+        )?;
+        number("ppo.kl_coef", p.kl_coef, 0.0, false)?;
+        number("ppo.entropy_coef", p.entropy_coef, 0.0, false)
+    }
+
+    fn check_optim(&self) -> Check {
         let o = &self.optim;
-        if !(o.lr > 0.0 && o.lr.is_finite()) {
-            return bad("optim.lr", format!("must be finite and > 0, got {}", o.lr));
-        }
-        if !(0.0..1.0).contains(&o.beta1) || !(0.0..1.0).contains(&o.beta2) {
-            return bad("optim.beta1", "betas must be in [0, 1)".into());
-        }
-        if !(o.weight_decay >= 0.0 && o.grad_clip >= 0.0 && o.eps > 0.0) {
-            return bad(
-                "optim",
-                "weight_decay and grad_clip must be >= 0, eps > 0".into(),
-            );
-        }
-        if let Some(l) = self.drgrpo_l_norm {
-            if !(l > 0.0 && l.is_finite()) {
-                return bad("drgrpo_l_norm", format!("must be finite and > 0, got {l}"));
+        number("optim.lr", o.lr, 0.0, true)?;
+        for (key, beta) in [("optim.beta1", o.beta1), ("optim.beta2", o.beta2)] {
+            if !(0.0..1.0).contains(&beta) {
+                return fail(key, format!("must be in [0, 1), got {beta}"));
             }
         }
-        let lambda = self.ba_pos_scale;
-        if !(lambda > 0.0 && lambda.is_finite()) {
-            return bad(
-                "ba_pos_scale",
-                format!("must be finite and > 0, got {lambda}"),
+        number("optim.eps", o.eps, 0.0, true)?;
+        number("optim.weight_decay", o.weight_decay, 0.0, false)?;
+        number("optim.grad_clip", o.grad_clip, 0.0, false)?;
+        if !(0.0..=1.0).contains(&o.min_lr_ratio) {
+            return fail(
+                "optim.min_lr_ratio",
+                format!("must be in [0, 1], got {}", o.min_lr_ratio),
             );
-        }
-        if lambda != 1.0 && !matches!(self.rule, Rule::Ba | Rule::BaBatch) {
-            return bad(
-                "ba_pos_scale",
-                format!(
-                    "scales BA's positive side and means nothing under rule {}: use rule ba or \
-                     ba-batch, or leave it at 1",
-                    self.rule
-                ),
-            );
-        }
-        if self.eval.k == 0 {
-            return bad("eval.k", "must be >= 1".into());
-        }
-        if let Some(lora) = &self.model.lora {
-            if let Err(e) = lora.validate() {
-                return bad(&format!("model.lora.{}", e.field), e.reason);
-            }
         }
         Ok(())
+    }
+
+    fn check_sft_and_eval(&self) -> Check {
+        let s = &self.sft;
+        count(
+            "sft.batch_size",
+            s.batch_size,
+            1,
+            MAX_BATCH_SEQUENCES,
+            WHY_BATCH,
+        )?;
+        count(
+            "sft.micro_batch_size",
+            s.micro_batch_size,
+            1,
+            MAX_BATCH_SEQUENCES,
+            WHY_BATCH,
+        )?;
+        number("sft.lr", s.lr, 0.0, true)?;
+        let e = &self.eval;
+        count("eval.prompts", e.prompts, 1, MAX_PROMPTS, WHY_PROMPTS)?;
+        count("eval.k", e.k, 1, MAX_SAMPLES_PER_PROMPT, WHY_SAMPLES)?;
+        number("eval.temperature", e.temperature, 0.0, false)?;
+        count(
+            "eval.greedy_prompts",
+            e.greedy_prompts,
+            0,
+            MAX_PROMPTS,
+            WHY_PROMPTS,
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The key an override's error names, and its message.
+    fn refused(set: &[&str]) -> (String, String) {
+        let sets: Vec<String> = set.iter().map(|s| s.to_string()).collect();
+        match Config::load(None, &sets) {
+            Ok(_) => panic!("{set:?} was accepted"),
+            Err(TrainError::ConfigKey { key, message, .. }) => (key, message),
+            Err(other) => panic!("{set:?}: not a key error: {other}"),
+        }
+    }
+
+    #[test]
+    fn every_check_names_exactly_the_key_at_fault() {
+        for (set, key) in [
+            (&["rollout.max_prompt_len=0"][..], "rollout.max_prompt_len"),
+            (&["rollout.max_response_len=0"], "rollout.max_response_len"),
+            (&["optim.beta2=1.5"], "optim.beta2"),
+            (&["optim.beta1=-0.1"], "optim.beta1"),
+            (&["optim.eps=0.0"], "optim.eps"),
+            (&["optim.weight_decay=-1.0"], "optim.weight_decay"),
+            (&["optim.grad_clip=nan"], "optim.grad_clip"),
+            (&["optim.min_lr_ratio=2.0"], "optim.min_lr_ratio"),
+            (&["dist.bucket_mb=0"], "dist.bucket_mb"),
+            (&["dist.timeout_s=0"], "dist.timeout_s"),
+            (&["rollout.engine_requests=0"], "rollout.engine_requests"),
+            (
+                &["rollout.engine_max_failures=0"],
+                "rollout.engine_max_failures",
+            ),
+            (&["sft.batch_size=0"], "sft.batch_size"),
+            (&["sft.micro_batch_size=0"], "sft.micro_batch_size"),
+            (&["sft.lr=0.0"], "sft.lr"),
+            (&["ppo.epochs=0"], "ppo.epochs"),
+            (&["ppo.mini_batches=0"], "ppo.mini_batches"),
+            (&["ppo.micro_batch_size=0"], "ppo.micro_batch_size"),
+            (&["ppo.mini_batches=9"], "ppo.mini_batches"),
+            (
+                &["rollout.overlong_penalty=-1.0"],
+                "rollout.overlong_penalty",
+            ),
+            (&["eval.prompts=0"], "eval.prompts"),
+            (&["eval.k=0"], "eval.k"),
+            (&["eval.temperature=-1.0"], "eval.temperature"),
+            (&["task.difficulty=11"], "task.difficulty"),
+            (&["task.mistake_rate=1.5"], "task.mistake_rate"),
+            (
+                &["eval.task={ name = \"arithmetic\", loop_length = 2 }"],
+                "eval.task.loop_length",
+            ),
+        ] {
+            let (got, message) = refused(set);
+            assert_eq!(got, key, "{set:?}: {message}");
+        }
+    }
+
+    #[test]
+    fn absurd_sizes_are_refused_with_the_key_and_the_limit() {
+        for (set, key, limit) in [
+            (
+                "rollout.group_size=100000000",
+                "rollout.group_size",
+                MAX_SAMPLES_PER_PROMPT,
+            ),
+            (
+                "rollout.prompts_per_step=100000000",
+                "rollout.prompts_per_step",
+                MAX_PROMPTS,
+            ),
+            (
+                "rollout.max_response_len=100000000",
+                "rollout.max_response_len",
+                MAX_SEQUENCE_TOKENS,
+            ),
+            (
+                "rollout.max_prompt_len=100000000",
+                "rollout.max_prompt_len",
+                MAX_SEQUENCE_TOKENS,
+            ),
+            (
+                "ppo.micro_batch_size=100000000",
+                "ppo.micro_batch_size",
+                MAX_BATCH_SEQUENCES,
+            ),
+            (
+                "sft.batch_size=100000000",
+                "sft.batch_size",
+                MAX_BATCH_SEQUENCES,
+            ),
+            (
+                "sft.micro_batch_size=100000000",
+                "sft.micro_batch_size",
+                MAX_BATCH_SEQUENCES,
+            ),
+            ("eval.prompts=100000000", "eval.prompts", MAX_PROMPTS),
+            ("eval.k=100000000", "eval.k", MAX_SAMPLES_PER_PROMPT),
+            (
+                "eval.greedy_prompts=100000000",
+                "eval.greedy_prompts",
+                MAX_PROMPTS,
+            ),
+            ("threads=100000000", "threads", MAX_THREADS),
+            ("dist.bucket_mb=100000000", "dist.bucket_mb", MAX_BUCKET_MB),
+            (
+                "rollout.dynamic_sampling_max_draws=100000000",
+                "rollout.dynamic_sampling_max_draws",
+                MAX_DRAWS,
+            ),
+        ] {
+            let (got, message) = refused(&[set]);
+            assert_eq!(got, key, "{set}: {message}");
+            assert!(message.contains(&limit.to_string()), "{set}: {message}");
+        }
+        // Each alone within bounds, together too many responses a step.
+        let (got, message) =
+            refused(&["rollout.prompts_per_step=60000", "rollout.group_size=4000"]);
+        assert_eq!(got, "rollout.group_size");
+        assert!(
+            message.contains("rollout.prompts_per_step = 60000"),
+            "{message}"
+        );
+        let (got, message) = refused(&["rollout.engine_timeout_s=1e30"]);
+        assert_eq!(got, "rollout.engine_timeout_s", "{message}");
     }
 }

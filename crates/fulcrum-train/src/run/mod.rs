@@ -26,19 +26,23 @@ use fulcrum_model::{DeviceChoice, ModelSpec, Runtime};
 use fulcrum_tasks::{create_task, sandbox_for_tasks, SandboxChoice, Task};
 use tch::Device;
 
-use crate::checkpoint;
+use crate::checkpoint::{self, Manifest};
 use crate::config::Config;
 use crate::data::{DataPosition, DataStream};
 use crate::error::TrainError;
 use crate::eval::evaluate_configured;
 use crate::event::Event;
 use crate::metrics::JsonlWriter;
+use crate::owned_dir::{check_kind, DirKind, OwnedDir};
 use crate::policy::{rl_optimizer, Policy};
 use crate::ranks::Ranks;
 use crate::warmup::{reference_model, sft_cache_dir, starting_policy};
 use resume::CheckpointMeta;
 use rl_loop::{rl_loop, LoopStart, RunParts};
-use run_dir::{cut_streams, owned_streams, record_eval, remove_streams};
+use run_dir::{
+    check_records, claim_run_dir, cut_streams, discard_run, owned_streams, record_eval,
+    recorded_steps, remove_streams,
+};
 
 pub use resume::BUILD;
 pub use run_dir::{choose_run_dir, RunSummary};
@@ -55,6 +59,14 @@ pub struct Run {
     fresh: bool,
     /// Resume even when the config or the binary differs from the checkpoint's.
     force: bool,
+    /// Start the run in this directory again from step 0, discarding its records
+    /// (`--restart`): the only way a resume discards recorded steps.
+    restart: bool,
+    /// Resume from this checkpoint (`step-N`, or `N`) instead of the newest, discarding what
+    /// was recorded after it (`--from-checkpoint`).
+    from_checkpoint: Option<String>,
+    /// The directory, locked for this process (rank 0 of a job), once training starts.
+    hold: Option<OwnedDir>,
     /// The processes of the job (one, unless made with [`Run::create_on`] / [`Run::on_ranks`]).
     ranks: Ranks,
 }
@@ -63,10 +75,16 @@ impl Run {
     /// A new run from `cfg`: resolves device, threads, model and tasks, picks the run directory
     /// (see [`choose_run_dir`]), and writes the resolved config there as `config.toml`.
     pub fn create(cfg: &Config) -> Result<Run, TrainError> {
-        let dir = choose_run_dir(cfg)?;
-        let mut run = Run::resolve(cfg, dir)?;
+        // Everything that can refuse the run (its config, model, data, sandbox) is checked
+        // before the directory is made: a refused run leaves nothing behind.
+        let mut run = Run::resolve(cfg, choose_run_dir(cfg)?)?;
+        let hold = claim_run_dir(cfg)?;
+        // Taken atomically: another run started at the same time may have got the name seen
+        // above.
+        run.dir = hold.path().to_path_buf();
+        run.cfg.run_dir = Some(run.dir.clone());
         run.fresh = true;
-        fs::create_dir_all(&run.dir).map_err(TrainError::io(&run.dir))?;
+        run.hold = Some(hold);
         let path = run.dir.join("config.toml");
         fs::write(&path, run.cfg.to_toml()).map_err(TrainError::io(&path))?;
         Ok(run)
@@ -110,6 +128,13 @@ impl Run {
 
     /// The run in `dir`, from its `config.toml`, for resume.
     pub fn open(dir: &Path) -> Result<Run, TrainError> {
+        if !dir.is_dir() {
+            return Err(TrainError::NotARunDir {
+                dir: dir.to_path_buf(),
+                why: "there is no such directory",
+            });
+        }
+        check_kind(dir, DirKind::Run)?;
         let cfg = Config::load(Some(&dir.join("config.toml")), &[])?;
         Run::resolve(&cfg, dir.to_path_buf())
     }
@@ -121,6 +146,7 @@ impl Run {
         let model = ModelSpec::parse(&cfg.model.path)?;
         let task = create_task(&cfg.task)?;
         let eval_task = cfg.eval.task.as_ref().map(create_task).transpose()?;
+        crate::lengths::check_prompt_lengths(&cfg, &model, task.as_ref(), eval_task.as_deref())?;
         // Code rewards: the sandbox is chosen (and printed) now, refused when none contains
         // programs, and recorded in config.toml.
         let eval = eval_task.as_deref().unwrap_or(task.as_ref());
@@ -136,6 +162,9 @@ impl Run {
             eval_task,
             fresh: false,
             force: false,
+            restart: false,
+            from_checkpoint: None,
+            hold: None,
             ranks: Ranks::single(),
         })
     }
@@ -144,6 +173,20 @@ impl Run {
     /// checkpoint (the differences are still said on stderr).
     pub fn force(mut self, force: bool) -> Self {
         self.force = force;
+        self
+    }
+
+    /// Start again from step 0 in this run's directory, discarding its records and
+    /// checkpoints, instead of resuming.
+    pub fn restart(mut self, restart: bool) -> Self {
+        self.restart = restart;
+        self
+    }
+
+    /// Resume from the checkpoint `name` (`step-N` or `N`) instead of the newest; what was
+    /// recorded after it is discarded.
+    pub fn from_checkpoint(mut self, name: Option<String>) -> Self {
+        self.from_checkpoint = name;
         self
     }
 
@@ -173,9 +216,20 @@ impl Run {
     pub fn train(&mut self, on: &mut dyn FnMut(Event<'_>)) -> Result<RunSummary, TrainError> {
         // The loop borrows the run's parts and the ranks apart: the ranks are taken out for it.
         let mut ranks = std::mem::replace(&mut self.ranks, Ranks::single());
-        let summary = self.train_on(&mut ranks, on);
+        let summary = self
+            .hold_dir(&ranks)
+            .and_then(|()| self.train_on(&mut ranks, on));
         self.ranks = ranks;
         summary
+    }
+
+    /// Locks the run directory for this process (rank 0 writes it; the other ranks of a job are
+    /// the same run).
+    fn hold_dir(&mut self, ranks: &Ranks) -> Result<(), TrainError> {
+        if self.hold.is_none() && ranks.is_main() {
+            self.hold = Some(OwnedDir::claim(&self.dir, DirKind::Run)?);
+        }
+        Ok(())
     }
 
     fn train_on(
@@ -190,13 +244,83 @@ impl Run {
         if self.fresh {
             return self.start_fresh(ranks, t0, on);
         }
-        let ckpts = self.dir.join("checkpoints");
-        checkpoint::clean_leftovers(&ckpts)?;
-        match checkpoint::list_steps(&ckpts)?.pop() {
-            Some((step, dir)) => self.resume_from(ranks, step, &dir, t0, on),
+        if self.restart {
+            // Asked for: the run starts again, and nothing of the old one is kept.
+            if ranks.is_main() {
+                discard_run(&self.dir)?;
+            }
+            return self.start_fresh(ranks, t0, on);
+        }
+        match self.checkpoint_to_resume()? {
+            Some((step, dir, manifest)) => self.resume_from(ranks, step, &dir, manifest, t0, on),
             None => {
+                // No checkpoint. A run that stopped before its first one was complete (in the
+                // warm-up, or between its first checkpoint step's record and its checkpoint)
+                // starts again, redoing what it recorded exactly. But if a checkpoint was due
+                // at an earlier recorded step, it was written and is gone: the records are not
+                // discarded unasked.
+                let recorded = recorded_steps(&self.dir)?;
+                let every = self.cfg.checkpoint_every;
+                if (1..recorded).any(|s| every > 0 && s.is_multiple_of(every)) {
+                    return Err(TrainError::NoCheckpoint {
+                        dir: self.dir.clone(),
+                        recorded,
+                    });
+                }
+                if recorded > 0 && ranks.is_main() {
+                    eprintln!(
+                        "fulcrum: {}: the run stopped before its first checkpoint: it starts \
+                         again from step 0 and redoes its {recorded} recorded step(s)",
+                        self.dir.display()
+                    );
+                }
                 remove_streams(&self.dir, owned_streams(ranks.is_main()))?;
                 self.start_fresh(ranks, t0, on)
+            }
+        }
+    }
+
+    /// The checkpoint a resume continues from, verified: `--from-checkpoint`'s, else the newest.
+    /// A newest one that fails verification is refused, naming it and the previous intact one.
+    fn checkpoint_to_resume(&self) -> Result<Option<(u64, PathBuf, Manifest)>, TrainError> {
+        let ckpts = self.dir.join("checkpoints");
+        checkpoint::clean_leftovers(&ckpts)?;
+        let steps = checkpoint::list_steps(&ckpts)?;
+        if let Some(name) = &self.from_checkpoint {
+            let wanted = name.strip_prefix("step-").unwrap_or(name);
+            let (step, path) = steps
+                .iter()
+                .find(|(s, _)| s.to_string() == wanted)
+                .ok_or_else(|| TrainError::NoSuchCheckpoint {
+                    dir: ckpts.clone(),
+                    name: name.clone(),
+                    have: steps
+                        .iter()
+                        .map(|(s, _)| format!("step-{s}"))
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                })?;
+            let manifest = checkpoint::verify(path)?;
+            return Ok(Some((*step, path.clone(), manifest)));
+        }
+        let Some((step, path)) = steps.last() else {
+            return Ok(None);
+        };
+        match checkpoint::verify(path) {
+            Ok(manifest) => Ok(Some((*step, path.clone(), manifest))),
+            Err(cause) => {
+                let previous = steps
+                    .iter()
+                    .rev()
+                    .skip(1)
+                    .find(|(_, p)| checkpoint::verify(p).is_ok())
+                    .map(|(s, _)| format!("step-{s}"));
+                Err(TrainError::CorruptCheckpoint {
+                    run: self.dir.clone(),
+                    path: path.clone(),
+                    cause: Box::new(cause),
+                    previous,
+                })
             }
         }
     }
@@ -277,13 +401,15 @@ impl Run {
         ranks: &mut Ranks,
         step: u64,
         dir: &Path,
+        manifest: Manifest,
         t0: Instant,
         on: &mut dyn FnMut(Event<'_>),
     ) -> Result<RunSummary, TrainError> {
         let cfg = &self.cfg;
-        let manifest = checkpoint::verify(dir)?;
         let meta = CheckpointMeta::from_json(dir, &manifest.meta)?;
         meta.check_same_run(dir, cfg, self.force)?;
+        // Every step up to the checkpoint must be on record before anything is cut.
+        check_records(&self.dir, step)?;
         let (model, opt) = checkpoint::load_policy(dir, cfg, self.device, ranks)?;
         let start_dir = (cfg.sft.steps > 0).then(|| sft_cache_dir(cfg, &self.dir));
         let reference = reference_model(cfg, &self.model, start_dir.as_deref(), self.device)?;

@@ -6,6 +6,12 @@
 //! events. Whether to checkpoint is decided from the schedule and the signal, never from the
 //! disk, because every rank takes part in saving a sharded optimizer; a signal that reaches the
 //! ranks at different steps stops them together.
+//!
+//! A signal also cuts short what the loop waits on ([`TrainError::Stopped`]): a step waiting on
+//! the engines is abandoned whole and the policy it started from (the previous step's) is
+//! checkpointed; an evaluation is abandoned unrecorded, the step's checkpoint is written, and
+//! the resumed run evaluates that step first. Either way the resumed run ends as the
+//! uninterrupted one would.
 
 use std::path::Path;
 use std::time::Instant;
@@ -14,7 +20,7 @@ use fulcrum_model::ModelSpec;
 use fulcrum_tasks::Task;
 
 use super::resume::CheckpointMeta;
-use super::run_dir::{record_eval, write_summary, RunSummary};
+use super::run_dir::{has_eval, record_eval, write_summary, RunSummary};
 use crate::checkpoint;
 use crate::config::Config;
 use crate::data::DataStream;
@@ -60,6 +66,8 @@ struct RlLoop<'a, 'o> {
     writers: Option<(JsonlWriter, JsonlWriter)>,
     skips: SkipGuard,
     last_eval: Option<EvalResult>,
+    /// The evaluation of the latest step was cut short by a signal (not recorded).
+    eval_cut: bool,
     sample_tokens: f64,
     sample_secs: f64,
 }
@@ -95,19 +103,35 @@ pub fn rl_loop(
         writers,
         skips: SkipGuard::new(cfg.max_consecutive_skips),
         last_eval: None,
+        eval_cut: false,
         sample_tokens: 0.0,
         sample_secs: 0.0,
     };
+    // A resumed run whose checkpointed step's evaluation was cut short does it first.
+    if start.step > 0 && eval_due(cfg, start.step) && !has_eval(run.dir, start.step)? {
+        lp.evaluate(start.step)?;
+    }
     let lr = rl_schedule(&cfg.optim, cfg.steps);
     for step in start.step + 1..=cfg.steps {
-        let report = lp.take_step(step, lr.lr(step - 1))?;
+        let before = lp.meta(step - 1);
+        let report = match lp.take_step(step, lr.lr(step - 1)) {
+            Err(TrainError::Stopped { during }) => {
+                return Err(lp.stop_mid_step(step, before, &during))
+            }
+            other => other?,
+        };
         lp.record(step, &report)?;
-        if (cfg.eval_every > 0 && step.is_multiple_of(cfg.eval_every)) || step == cfg.steps {
+        if eval_due(cfg, step) {
             lp.evaluate(step)?;
         }
         lp.checkpoint_if_due(step)?;
     }
     lp.finish(start.t0)
+}
+
+/// Whether step `step` is evaluated: every `eval_every` steps and at the last.
+fn eval_due(cfg: &Config, step: u64) -> bool {
+    (cfg.eval_every > 0 && step.is_multiple_of(cfg.eval_every)) || step == cfg.steps
 }
 
 impl RlLoop<'_, '_> {
@@ -167,12 +191,20 @@ impl RlLoop<'_, '_> {
         Ok(())
     }
 
-    /// The held-out evaluation of step `step`, on rank 0.
+    /// The held-out evaluation of step `step`, on rank 0. One cut short by a signal is left
+    /// unrecorded; the checkpoint that follows stops the run ([`RlLoop::checkpoint_if_due`]).
     fn evaluate(&mut self, step: u64) -> Result<(), TrainError> {
         if !self.ranks.is_main() {
             return Ok(());
         }
-        let result = evaluate_configured(&self.policy.model, self.run.eval_task, self.run.cfg)?;
+        let result = match evaluate_configured(&self.policy.model, self.run.eval_task, self.run.cfg)
+        {
+            Err(TrainError::Stopped { .. }) => {
+                self.eval_cut = true;
+                return Ok(());
+            }
+            other => other?,
+        };
         record_eval(self.run.dir, step, None, &result)?;
         (self.on)(Event::Eval {
             step,
@@ -200,7 +232,7 @@ impl RlLoop<'_, '_> {
             || step == cfg.steps;
         // A signal may reach the ranks at different steps: they stop together.
         let stop = self.ranks.sum(&[f64::from(u8::from(stop_requested()))])?[0] > 0.0;
-        let interrupted = stop && step < cfg.steps;
+        let interrupted = stop && (step < cfg.steps || self.eval_cut);
         if !(due || interrupted) {
             return Ok(());
         }
@@ -215,17 +247,55 @@ impl RlLoop<'_, '_> {
         )?;
         (self.on)(Event::Checkpoint { path: &dest });
         if interrupted {
+            let cut = if self.eval_cut {
+                format!("the evaluation of step {step} was cut short and is not recorded (the resumed run does it first); ")
+            } else {
+                String::new()
+            };
             return Err(TrainError::Interrupted {
                 phase: "GRPO",
                 step,
                 hint: format!(
-                    "checkpoint {} written; continue with `fulcrum train --resume {}`",
+                    "{cut}checkpoint {} written; continue with `fulcrum train --resume {}`",
                     dest.display(),
                     self.run.dir.display()
                 ),
             });
         }
         Ok(())
+    }
+
+    /// Step `step` was cut short by a signal while waiting (on the engines): nothing of it is
+    /// kept. The policy is still step `step - 1`'s, which is checkpointed with `before` (the
+    /// meta it would have had) unless that checkpoint exists; returns the error that ends the
+    /// run. (Engine rollouts run in one process, so no other rank waits on a collective.)
+    fn stop_mid_step(&mut self, step: u64, before: CheckpointMeta, during: &str) -> TrainError {
+        let last = step - 1;
+        let ckpts = self.run.dir.join("checkpoints");
+        let dest = ckpts.join(format!("step-{last}"));
+        let saved = if dest.exists() {
+            Ok(dest)
+        } else {
+            before.to_json().and_then(|meta| {
+                let keep = self.run.cfg.checkpoint_keep;
+                checkpoint::save_step(&ckpts, last, &self.policy, self.ranks, meta, keep)
+            })
+        };
+        let dest = match saved {
+            Ok(d) => d,
+            Err(e) => return e,
+        };
+        (self.on)(Event::Checkpoint { path: &dest });
+        TrainError::Interrupted {
+            phase: "GRPO",
+            step: last,
+            hint: format!(
+                "step {step} was cut short while {during}, and nothing of it is kept; checkpoint \
+                 {} written; continue with `fulcrum train --resume {}`",
+                dest.display(),
+                self.run.dir.display()
+            ),
+        }
     }
 
     /// The final checkpoint, the final accuracy (rank 0's, shared with every rank) and

@@ -7,8 +7,11 @@
 use std::process::ExitCode;
 
 use anyhow::Context;
+use fulcrum_model::limits::{model::MAX_VOCAB, MAX_SEQUENCE_TOKENS};
 use fulcrum_model::tch::Kind;
-use fulcrum_model::{generate, Message, ModelSpec, SampleRequest, Sampling};
+use fulcrum_model::{generate, Message, ModelSpec, PromptTokens, SampleRequest, Sampling};
+
+use super::runtime::bounded;
 
 /// Flags of `fulcrum generate`.
 #[derive(Debug, clap::Args)]
@@ -22,14 +25,15 @@ pub struct Args {
     /// Wrap the prompt as a user message in the model's chat template (ChatML).
     #[arg(long)]
     pub chat: bool,
-    /// Most tokens to generate.
-    #[arg(long, default_value_t = 128)]
+    /// Most tokens to generate (1 to 1048576; the prompt and these must fit the model's
+    /// context).
+    #[arg(long, default_value_t = 128, value_parser = bounded(1, MAX_SEQUENCE_TOKENS))]
     pub max_new_tokens: usize,
     /// Sampling temperature; 0 means greedy decoding.
     #[arg(long, default_value_t = 0.0)]
     pub temperature: f64,
     /// Keep only the k most likely tokens when sampling.
-    #[arg(long)]
+    #[arg(long, value_parser = clap::value_parser!(i64).range(1..=MAX_VOCAB))]
     pub top_k: Option<i64>,
     /// Keep only the smallest set of tokens whose probability reaches p when sampling.
     #[arg(long)]
@@ -42,11 +46,43 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    if args.temperature < 0.0 {
-        anyhow::bail!("--temperature must be >= 0, got {}", args.temperature);
+    if !(args.temperature >= 0.0 && args.temperature.is_finite()) {
+        anyhow::bail!(
+            "--temperature must be finite and >= 0, got {}",
+            args.temperature
+        );
+    }
+    if let Some(p) = args.top_p {
+        if !(p > 0.0 && p <= 1.0) {
+            anyhow::bail!("--top-p must be in (0, 1], got {p}");
+        }
     }
     let device = args.runtime.resolve()?.device;
     let spec = ModelSpec::parse(&args.model).with_context(|| format!("--model {}", args.model))?;
+    // The prompt must fit the model's context beside the response: known from the tokenizer
+    // alone, before the model is loaded.
+    let encoder = spec
+        .prompt_encoder()
+        .with_context(|| format!("--model {}", args.model))?;
+    let room = encoder.max_positions.saturating_sub(args.max_new_tokens);
+    let chat = if args.chat {
+        encoder.chat.as_ref()
+    } else {
+        None
+    };
+    if args.chat && chat.is_none() {
+        anyhow::bail!("--chat: the model {spec} has no chat template");
+    }
+    if let PromptTokens::TooLong { .. } =
+        fulcrum_model::encode_within(&encoder.tokenizer, chat, &args.prompt, room)?
+    {
+        anyhow::bail!(
+            "--prompt: longer than the {room} tokens the model's context of {} \
+             (max_position_embeddings) leaves beside --max-new-tokens {}",
+            encoder.max_positions,
+            args.max_new_tokens
+        );
+    }
     let mut model = spec.load(device, 0)?;
     if args.bf16 {
         if !device.is_cuda() {

@@ -61,6 +61,14 @@ pub struct Args {
     /// wrote the latest checkpoint (the differing keys are still printed).
     #[arg(long, requires = "resume")]
     pub force: bool,
+    /// With --resume: start the run in that directory again from step 0, discarding its
+    /// records and checkpoints (a resume never discards recorded steps otherwise).
+    #[arg(long, requires = "resume", conflicts_with = "from_checkpoint")]
+    pub restart: bool,
+    /// With --resume: continue from this checkpoint (`step-N`, or `N`) instead of the newest,
+    /// discarding what was recorded after it (when the newest one is damaged).
+    #[arg(long, value_name = "CHECKPOINT", requires = "resume")]
+    pub from_checkpoint: Option<String>,
     /// No progress on stderr (a bar on a terminal; otherwise a line every few seconds).
     #[arg(long)]
     pub quiet: bool,
@@ -156,7 +164,13 @@ pub fn run(args: Args) -> Result<ExitCode> {
                 })
             };
             open()
-                .and_then(|run| Ok(run.force(args.force).train(&mut on)?))
+                .and_then(|run| {
+                    let mut run = run
+                        .force(args.force)
+                        .restart(args.restart)
+                        .from_checkpoint(args.from_checkpoint.clone());
+                    Ok(run.train(&mut on)?)
+                })
                 .with_context(|| format!("resuming {}", dir.display()))?
         }
         None => {

@@ -106,7 +106,8 @@ pub fn run(args: Args) -> Result<ExitCode> {
         args.steps,
         &args.out,
     )?;
-    fs::create_dir_all(&args.out).with_context(|| format!("creating {}", args.out.display()))?;
+    // Held for the whole comparison: a second one into the same directory is refused.
+    let _held = fulcrum_train::OwnedDir::claim(&args.out, fulcrum_train::DirKind::Compare)?;
     let manifest = json!({
         "config": args.source.config, "set": args.source.set, "tasks": tasks,
         "rules": args.rules, "losses": args.losses, "seeds": seeds, "steps": args.steps,

@@ -5,6 +5,12 @@
 //! and every output says how many of how many. Problems are sampled in batches; with
 //! `--samples FILE` every batch's responses are appended to FILE as they are scored, and a
 //! rerun reads them back and samples only the problems not finished ([`cache`]).
+//!
+//! A problem whose prompt is longer than the model's context leaves beside the response
+//! (`max_position_embeddings` minus the length limit) is skipped: never sampled, not counted
+//! in the measures, and counted in the output (`skipped_too_long`). Prompt lengths are found
+//! before the model is loaded, with its tokenizer alone; a prompt too long by its bytes is
+//! never encoded.
 
 mod cache;
 mod plan;
@@ -14,13 +20,16 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use anyhow::{Context, Result};
-use fulcrum_model::{Model, ModelSpec};
+use fulcrum_model::limits::{
+    MAX_BATCH_SEQUENCES, MAX_PROMPTS, MAX_SAMPLES_PER_PROMPT, MAX_SEQUENCE_TOKENS,
+};
+use fulcrum_model::{Model, ModelSpec, PromptEncoder, PromptTokens};
 use fulcrum_tasks::{create_task, Example, Split, Task, TaskConfig};
 use fulcrum_train::{measure_problems, sample_problems, EvalSample, ProblemSampling, EVAL_CHUNK};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use super::progress::clock;
-use super::runtime::RuntimeArgs;
+use super::runtime::{bounded, RuntimeArgs};
 use crate::results::{eval_table, EvalRow};
 use cache::{Key, SampleLine, SamplesFile};
 use plan::{BenchPlan, Overrides, Protocol};
@@ -43,28 +52,31 @@ pub struct Args {
     /// temperature 1.0 and 8192 tokens). Flags given explicitly override it.
     #[arg(long, value_enum)]
     pub protocol: Option<Protocol>,
-    /// The k of pass@k and avg@k [default: 1, or the protocol's].
-    #[arg(long)]
+    /// The k of pass@k and avg@k, 1 to 65536 [default: 1, or the protocol's].
+    #[arg(long, value_parser = bounded(1, MAX_SAMPLES_PER_PROMPT))]
     pub k: Option<usize>,
-    /// Responses sampled per problem, n >= k: pass@k is the unbiased estimate from n
-    /// [default: k].
-    #[arg(long)]
+    /// Responses sampled per problem, n >= k (at most 65536): pass@k is the unbiased estimate
+    /// from n [default: k].
+    #[arg(long, value_parser = bounded(1, MAX_SAMPLES_PER_PROMPT))]
     pub samples_per_problem: Option<usize>,
-    /// Problems per benchmark: the first N of its fixed seeded order [default: the whole
-    /// benchmark or data file; 128 for generated tasks, which have no end].
-    #[arg(long)]
+    /// Problems per benchmark: the first N of its fixed seeded order, at most 1048576
+    /// [default: the whole benchmark or data file; 128 for generated tasks, which have no end].
+    #[arg(long, value_parser = bounded(1, MAX_PROMPTS))]
     pub prompts: Option<usize>,
     /// Sampling temperature; 0 is greedy (then every response to a problem is the same)
     /// [default: 0, or the protocol's].
     #[arg(long)]
     pub temperature: Option<f64>,
-    /// Longest response in tokens [default: by benchmark family: code 512, GSM8K 1024,
-    /// MATH-500 and Minerva 2048, competition math 4096, other tasks 512; or the protocol's].
-    #[arg(long)]
+    /// Longest response in tokens, at most 1048576 [default: by benchmark family: code 512,
+    /// GSM8K 1024, MATH-500 and Minerva 2048, competition math 4096, other tasks 512; or the
+    /// protocol's]. A problem whose prompt does not fit the model's context beside it is
+    /// skipped and counted (`skipped_too_long`).
+    #[arg(long, value_parser = bounded(1, MAX_SEQUENCE_TOKENS))]
     pub max_new_tokens: Option<usize>,
     /// Responses sampled together: a batch is this many responses in whole problems (a power
-    /// of two, at most 64 problems, at least one). Lower it if the sampler runs out of memory.
-    #[arg(long, default_value_t = 256)]
+    /// of two, at most 64 problems, at least one; at most 1048576 responses). Lower it if the
+    /// sampler runs out of memory.
+    #[arg(long, default_value_t = 256, value_parser = bounded(1, MAX_BATCH_SEQUENCES))]
     pub batch_size: usize,
     #[command(flatten)]
     pub runtime: RuntimeArgs,
@@ -93,6 +105,9 @@ struct Bench {
     task: Box<dyn Task>,
     plan: BenchPlan,
     examples: Vec<Example>,
+    /// `too_long[i]`: problem i's prompt does not fit the model's context beside the response;
+    /// it is skipped.
+    too_long: Vec<bool>,
 }
 
 pub fn run(args: Args) -> Result<ExitCode> {
@@ -133,6 +148,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
             task,
             plan,
             examples,
+            too_long: Vec::new(),
         });
     }
     // Code benchmarks: the sandbox (FULCRUM_SANDBOX, else auto) is chosen and printed now;
@@ -141,6 +157,14 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let choice = fulcrum_tasks::sandbox::sandbox_choice()?;
     fulcrum_tasks::sandbox_for_tasks(choice, &task_refs, 0)?;
     let spec = ModelSpec::parse(&args.model).with_context(|| format!("--model {}", args.model))?;
+    // Prompts the model's context cannot hold beside a response are found now, with the
+    // tokenizer alone, before the model is loaded.
+    let encoder = spec
+        .prompt_encoder()
+        .with_context(|| format!("--model {}", args.model))?;
+    for b in &mut benches {
+        b.too_long = too_long(&encoder, b).with_context(|| format!("--bench {}", b.name))?;
+    }
     // What the JSON and the samples file name as the model: where the weights came from.
     let model_name = spec
         .weights_path()
@@ -180,12 +204,18 @@ pub fn run(args: Args) -> Result<ExitCode> {
         }
         rows.push(row);
     }
+    let skipped: Vec<usize> = benches
+        .iter()
+        .map(|b| b.too_long.iter().filter(|&&t| t).count())
+        .collect();
     if args.json {
         let v: Vec<_> = rows
             .iter()
-            .map(
-                |r| serde_json::json!({"bench": r.bench, "result": r.json(), "seconds": r.seconds}),
-            )
+            .zip(&skipped)
+            .map(|(r, skipped)| {
+                serde_json::json!({"bench": r.bench, "result": r.json(), "seconds": r.seconds,
+                                   "skipped_too_long": skipped})
+            })
             .collect();
         let protocol = args.protocol.map(Protocol::name);
         println!(
@@ -196,8 +226,59 @@ pub fn run(args: Args) -> Result<ExitCode> {
         );
     } else {
         print!("{}", eval_table(&rows));
+        for (b, &n) in benches.iter().zip(&skipped).filter(|(_, &n)| n > 0) {
+            println!("{}", skipped_note(b, n, encoder.max_positions));
+        }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Which problems of `b` have a prompt longer than the model's context leaves beside a
+/// response of `b.plan.max_new_tokens` tokens. Every problem skipped, or no room at all, is an
+/// error naming the flag to change.
+fn too_long(encoder: &PromptEncoder, b: &Bench) -> Result<Vec<bool>> {
+    let context = encoder.max_positions;
+    let room = context.saturating_sub(b.plan.max_new_tokens);
+    if room == 0 {
+        anyhow::bail!(
+            "responses of up to {} tokens ({}) leave no room for a prompt in the model's context \
+             of {context} tokens (max_position_embeddings): lower --max-new-tokens",
+            b.plan.max_new_tokens,
+            b.plan.max_new_tokens_from
+        );
+    }
+    let skip = b
+        .examples
+        .iter()
+        .map(|ex| match encoder.encode_within(&ex.prompt, room) {
+            Ok(t) => Ok(matches!(t, PromptTokens::TooLong { .. })),
+            Err(e) => Err(anyhow::Error::new(e).context(format!("prompt {}", ex.id))),
+        })
+        .collect::<Result<Vec<bool>>>()?;
+    if !skip.is_empty() && skip.iter().all(|&t| t) {
+        anyhow::bail!(
+            "every one of its {} prompts is longer than the {room} tokens the model's context of \
+             {context} leaves beside responses of up to {} tokens ({}): nothing to evaluate; \
+             lower --max-new-tokens",
+            skip.len(),
+            b.plan.max_new_tokens,
+            b.plan.max_new_tokens_from
+        );
+    }
+    Ok(skip)
+}
+
+/// The line that says how many problems of `b` were skipped for their length, and why.
+fn skipped_note(b: &Bench, n: usize, context: usize) -> String {
+    format!(
+        "{}: {n} of {} problems skipped, not sampled and not counted: their prompts are longer \
+         than the {} tokens the model's context of {context} leaves beside responses of up to {} \
+         tokens",
+        b.name,
+        b.examples.len(),
+        context.saturating_sub(b.plan.max_new_tokens),
+        b.plan.max_new_tokens
+    )
 }
 
 /// The settings a cached response of benchmark `bench` must match.
@@ -231,6 +312,10 @@ impl BenchRun<'_> {
     ) -> Result<EvalRow> {
         let plan = &b.plan;
         let t0 = Instant::now();
+        let skip = |i: usize| b.too_long.get(i).copied().unwrap_or(false);
+        let skipped = (0..b.examples.len()).filter(|&i| skip(i)).count();
+        // Problems finished in the samples file (a skipped one was never sampled: its
+        // settings, which the file's lines must match, skip it there too).
         let cached = cache::finished(&cache);
         let subset = plan::subset_rule(plan, self.seed);
         let pb = self.bar(&b.name, plan.problems as u64);
@@ -258,10 +343,14 @@ impl BenchRun<'_> {
             ));
         }
         lines.extend(plan.notes.iter().map(|n| format!("eval: {}: {n}", b.name)));
+        if skipped > 0 {
+            let context = self.model.config().max_position_embeddings as usize;
+            lines.push(format!("eval: {}", skipped_note(b, skipped, context)));
+        }
         for l in lines {
             say(&pb, self.quiet, l);
         }
-        pb.set_position(cached as u64);
+        pb.set_position((cached + skipped) as u64);
         pb.reset_eta();
         let sampling = ProblemSampling {
             n: plan.n,
@@ -274,25 +363,37 @@ impl BenchRun<'_> {
         // whole, so that each of its problems is sampled in the company an uninterrupted run
         // gave it, and the results agree to the last bit.
         let per_batch = batch_problems(self.batch_size, plan.n);
-        let (mut new_tokens, mut sampling_secs, mut done) = (0usize, 0.0f64, cached);
+        let (mut new_tokens, mut sampling_secs, mut done) = (0usize, 0.0f64, cached + skipped);
         for start in (0..b.examples.len()).step_by(per_batch) {
             let end = b.examples.len().min(start + per_batch);
             let complete = |p: &Vec<Option<EvalSample>>| p.iter().all(Option::is_some);
-            if cache[start..end].iter().all(complete) {
+            if (start..end).all(|i| skip(i) || complete(&cache[i])) {
                 continue;
             }
+            // The batch's problems in runs between skipped ones: a problem draws from its own
+            // streams whatever run it is sampled in.
             let t = Instant::now();
-            let fresh = sample_problems(
-                self.model,
-                b.task.as_ref(),
-                &b.examples[start..end],
-                start,
-                &sampling,
-            )?;
+            let mut fresh = Vec::new();
+            let mut i = start;
+            while i < end {
+                if skip(i) {
+                    i += 1;
+                    continue;
+                }
+                let run_end = (i..end).find(|&k| skip(k)).unwrap_or(end);
+                let run = sample_problems(
+                    self.model,
+                    b.task.as_ref(),
+                    &b.examples[i..run_end],
+                    i,
+                    &sampling,
+                )?;
+                fresh.extend((i..run_end).zip(run));
+                i = run_end;
+            }
             sampling_secs += t.elapsed().as_secs_f64();
             let mut new_lines = Vec::new();
-            for (j, responses) in fresh.into_iter().enumerate() {
-                let problem = start + j;
+            for (problem, responses) in fresh {
                 if complete(&cache[problem]) {
                     continue;
                 }
@@ -339,7 +440,9 @@ impl BenchRun<'_> {
         pb.finish_and_clear();
         let problems: Vec<Vec<EvalSample>> = cache
             .into_iter()
-            .map(|p| p.into_iter().flatten().collect())
+            .enumerate()
+            .filter(|&(i, _)| !skip(i))
+            .map(|(_, p)| p.into_iter().flatten().collect())
             .collect();
         let measures = measure_problems(&problems, plan.k)?;
         Ok(EvalRow {

@@ -40,7 +40,9 @@ fn strings(v: &Value, key: &str, file: &Path) -> Result<Vec<String>> {
 impl Source {
     pub fn load(dir: &Path) -> Result<Self> {
         let manifest = dir.join("compare.json");
-        if !manifest.exists() {
+        let kind = fulcrum_train::dir_kind(dir)
+            .with_context(|| format!("{} is not a directory fulcrum wrote", dir.display()))?;
+        if kind != Some(fulcrum_train::DirKind::Compare) {
             let run = RunData::load(dir).with_context(|| {
                 format!(
                     "{} is neither a run directory nor a comparison (no compare.json)",

@@ -15,12 +15,16 @@
 //! | `codeforces` | `problem`, `tests` = list of `{input, output}` | code verifier, stdin/stdout cases (the answer is that list as JSON) |
 //!
 //! `auto` picks a format from the fields of each record. A record without a usable prompt or
-//! answer is an error naming file, line and field; it never becomes an empty example.
+//! answer is an error naming file, line and field; it never becomes an empty example. A code
+//! record is refused when its tests could not fail ([`crate::code::TestSpec::checked`]: no
+//! assertion, no `check` for its entry point, no stdin/stdout case, ...), since they would
+//! give reward 1 to any program that runs; the error names the field the tests came from.
 
 use std::path::Path;
 
 use serde_json::Value;
 
+use crate::code::{SpecField, TestSpec};
 use crate::error::{Result, TaskError};
 use crate::math::last_boxed;
 use crate::task::Example;
@@ -192,14 +196,48 @@ fn own_id(v: &Value) -> Option<String> {
     })
 }
 
-/// Converts one raw record.
+/// Converts one raw record; a code record's tests are checked ([`check_code`]).
 pub fn to_example(path: &Path, line: usize, v: &Value, format: Format) -> Result<Example> {
-    let f = Fields { path, line, v };
     let format = if format == Format::Auto {
         Format::detect(v)
     } else {
         format
     };
+    let example = convert(path, line, v, format)?;
+    check_code(path, line, format, &example)?;
+    Ok(example)
+}
+
+/// The fields a format takes a code item's tests and entry point from, for errors.
+fn code_fields(format: Format) -> (&'static str, &'static str) {
+    match format {
+        Format::HumanEval => ("test", "entry_point"),
+        Format::Mbpp => ("test_list", "entry_point"),
+        Format::LeetCode => ("tests/functional", "problem"),
+        Format::Codeforces => ("tests", "entry_point"),
+        _ => ("answer", "entry_point"),
+    }
+}
+
+/// A code example must carry tests that can fail ([`TestSpec::checked`]); the error names file,
+/// line and the field the tests (or the entry point) came from.
+pub fn check_code(path: &Path, line: usize, format: Format, e: &Example) -> Result<()> {
+    if e.verifier != Verifier::Code {
+        return Ok(());
+    }
+    TestSpec::checked(&e.answer, e.entry_point.as_deref()).map_err(|p| {
+        let (tests, entry) = code_fields(format);
+        let field = match p.field {
+            SpecField::Tests => tests,
+            SpecField::EntryPoint => entry,
+        };
+        TaskError::record(path, line, field, p.problem)
+    })?;
+    Ok(())
+}
+
+fn convert(path: &Path, line: usize, v: &Value, format: Format) -> Result<Example> {
+    let f = Fields { path, line, v };
     let id = own_id(v).unwrap_or_else(|| {
         format!(
             "{}:{line}",
@@ -223,13 +261,32 @@ pub fn to_example(path: &Path, line: usize, v: &Value, format: Format) -> Result
                     .map_err(|e: fulcrum_core::CoreError| f.err("verifier", e.to_string()))?,
                 None => Verifier::Math,
             };
+            let entry_point = f.optional_text("entry_point");
+            if entry_point.is_some() && verifier != Verifier::Code {
+                return Err(f.err(
+                    "entry_point",
+                    format!(
+                        "given, but the verifier is `{verifier}`: an entry point is for code \
+                         tests (add \"verifier\": \"code\", or drop it)"
+                    ),
+                ));
+            }
+            // Code tests are text (test code, or the JSON of stdin/stdout cases): a list or a
+            // number is not silently cut to its first item.
+            let answer = match (verifier, v.get("answer")) {
+                (Verifier::Code, Some(Value::Array(cases))) => {
+                    Value::Array(cases.clone()).to_string()
+                }
+                (Verifier::Code, _) => f.text("answer")?,
+                _ => f.answer("answer")?,
+            };
             Example {
                 id,
                 prompt: f.text("prompt")?,
-                answer: f.answer("answer")?,
+                answer,
                 demonstration: f.optional_text("demonstration"),
                 verifier,
-                entry_point: f.optional_text("entry_point"),
+                entry_point,
             }
         }
         Format::Verl => {
@@ -402,137 +459,4 @@ fn leetcode_method(problem: &str) -> Option<String> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    fn ex(v: Value) -> Result<Example> {
-        to_example(Path::new("f.jsonl"), 7, &v, Format::Auto)
-    }
-
-    #[test]
-    fn mbpp_prompts_show_the_test_asserts() -> Result<()> {
-        let e = ex(
-            json!({"task_id": 2, "prompt": "Write a function to add two numbers.",
-                          "test_list": ["assert add(1, 2) == 3", "assert add(0, 0) == 0"]}),
-        )?;
-        assert_eq!(
-            e.prompt,
-            "Write a function to add two numbers.\nYour code should pass these tests:\n\
-             assert add(1, 2) == 3\nassert add(0, 0) == 0"
-        );
-        Ok(())
-    }
-
-    #[test]
-    fn formats_are_detected_and_answers_found() -> Result<()> {
-        let e = ex(
-            json!({"prompt": [{"role": "user", "content": "Q?"}], "reward_model": {"ground_truth": "34"}}),
-        )?;
-        assert_eq!((e.prompt.as_str(), e.answer.as_str()), ("Q?", "34"));
-        let e = ex(json!({"problem": "P", "solution": "so \\boxed{\\frac{1}{2}}."}))?;
-        assert_eq!(e.answer, "\\frac{1}{2}");
-        let e = ex(json!({"question": "Q", "answer": "work\n#### 1,000"}))?;
-        assert_eq!(e.answer, "1,000");
-        let e = ex(json!({"question": "Q", "answer": 27.0}))?;
-        assert_eq!(e.answer, "27");
-        let e = ex(json!({"question": "Q", "final_answer": ["$69$", "$84$"]}))?;
-        assert_eq!(e.answer, "69, 84");
-        let e = ex(
-            json!({"prompt": "p", "answer": "assert f()", "verifier": "code", "entry_point": "f"}),
-        )?;
-        assert_eq!(
-            (e.verifier, e.entry_point.as_deref()),
-            (Verifier::Code, Some("f"))
-        );
-        Ok(())
-    }
-
-    #[test]
-    fn bad_rows_are_errors_naming_line_and_field() {
-        for (v, field) in [
-            (json!({"prompt": "", "answer": "1"}), "prompt"),
-            (json!({"prompt": "p"}), "answer"),
-            (json!({"prompt": "p", "answer": null}), "answer"),
-            (
-                json!({"prompt": "p", "answer": "1", "verifier": "magic"}),
-                "verifier",
-            ),
-            (json!({"problem": "p", "solution": "no box"}), "solution"),
-            (
-                json!({"question": "q", "answer": "no hashes ####"}),
-                "answer",
-            ),
-            (
-                json!({"prompt": [], "reward_model": {"ground_truth": "1"}}),
-                "prompt",
-            ),
-        ] {
-            let e = ex(v).err().map(|e| e.to_string()).unwrap_or_default();
-            assert!(e.starts_with(&format!("f.jsonl:7: {field}")), "{e}");
-        }
-    }
-
-    #[test]
-    fn codeforces_tests_become_stdio_cases_and_svs_uses_ref_answer() -> Result<()> {
-        let e = ex(json!({"problem": "add", "tests": [{"input": "1 2\n", "output": "3\n"}]}))?;
-        assert_eq!(e.verifier, Verifier::Code);
-        assert_eq!(
-            crate::code::TestSpec::from_answer(&e.answer, None),
-            crate::code::TestSpec::Stdio(vec![("1 2\n".into(), "3\n".into())])
-        );
-        let e = ex(json!({"question": "Q", "ref_answer": "216", "data_source": "MATH-500"}))?;
-        assert_eq!(e.answer, "216");
-        let bad = ex(json!({"problem": "p", "tests": [{"input": 1}]}));
-        assert!(bad
-            .err()
-            .map(|e| e.to_string())
-            .unwrap_or_default()
-            .contains("tests/0"));
-        Ok(())
-    }
-
-    #[test]
-    fn records_keep_their_own_ids_and_fall_back_to_file_and_line() -> Result<()> {
-        let id = |v: Value| ex(v).map(|e| e.id);
-        assert_eq!(
-            id(json!({"id": "mul-8-45", "prompt": "p", "answer": "1"}))?,
-            "mul-8-45"
-        );
-        assert_eq!(
-            id(
-                json!({"unique_id": "test/algebra/1.json", "problem": "p", "solution": "\\boxed{2}"})
-            )?,
-            "test/algebra/1.json"
-        );
-        assert_eq!(
-            id(json!({"prompt": [{"role": "user", "content": "Q"}],
-                      "reward_model": {"ground_truth": "3"}, "extra_info": {"index": 12}}))?,
-            "12"
-        );
-        assert_eq!(
-            id(json!({"task_id": 2, "prompt": "p", "test_list": ["assert 1"]}))?,
-            "mbpp/2"
-        );
-        // Empty or non-scalar ids are not ids: the record is named by file and line.
-        assert_eq!(
-            id(json!({"id": " ", "prompt": "p", "answer": "1"}))?,
-            "f.jsonl:7"
-        );
-        assert_eq!(
-            id(json!({"id": {"a": 1}, "prompt": "p", "answer": "1"}))?,
-            "f.jsonl:7"
-        );
-        assert_eq!(id(json!({"prompt": "p", "answer": "1"}))?, "f.jsonl:7");
-        Ok(())
-    }
-
-    #[test]
-    fn leetcode_entry_point_is_the_solution_method() {
-        assert_eq!(
-            leetcode_method("```python\nclass Solution:\n    def maxSum(self, nums): ...```")
-                .as_deref(),
-            Some("maxSum")
-        );
-    }
-}
+mod tests;

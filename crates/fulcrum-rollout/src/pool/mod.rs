@@ -6,17 +6,28 @@
 //! engine's last error) only when no engine is left. A request the engine rejects (4xx) fails
 //! the call at once: no other engine would take it. Every call is bounded by the HTTP timeout,
 //! so nothing here waits forever.
+//!
+//! Interrupts: with a [`Cancel`] in [`PoolOptions`], every engine call (a generation, a weight
+//! reload) runs on a thread of its own while the pool's worker waits for it in steps of
+//! [`CANCEL_POLL`], asking the cancel each time; once it says stop, the wait is given up with
+//! [`EngineError::Interrupted`] (the abandoned call ends on its own, at its reply or its HTTP
+//! timeout, and its result is dropped). ureq's timeouts are fixed per request and a blocked
+//! read cannot be woken, so abandoning the call is the only way to stop within a poll; cutting
+//! requests short with a small timeout instead would turn every long generation into retries
+//! that start over, and break the retry and failover rules above. The same waits also give up
+//! when another worker has already failed the call, as nothing would use their result.
 
 use std::collections::VecDeque;
-use std::sync::{Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
+use crate::cancel::{call_unless, interrupted, Cancel, Waited, CANCEL_POLL};
 use crate::engines::EngineClient;
 use crate::error::{EngineError, Result};
 use crate::request::{EngineCompletion, GenerateRequest, WeightFiles};
 
 /// How the pool uses its engines.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct PoolOptions {
     /// Requests in flight on each engine at once.
     pub requests_per_engine: usize,
@@ -24,6 +35,9 @@ pub struct PoolOptions {
     pub max_failures: u32,
     /// Pause after a failed request before that worker tries again.
     pub retry_pause: Duration,
+    /// When to give up waiting ([`EngineError::Interrupted`]); `None`: every call runs to its
+    /// reply or its timeout.
+    pub cancel: Option<Cancel>,
 }
 
 impl Default for PoolOptions {
@@ -32,7 +46,14 @@ impl Default for PoolOptions {
             requests_per_engine: 4,
             max_failures: 3,
             retry_pause: Duration::from_millis(500),
+            cancel: None,
         }
+    }
+}
+
+impl PoolOptions {
+    fn cancelled(&self) -> bool {
+        self.cancel.as_ref().is_some_and(Cancel::is_set)
     }
 }
 
@@ -48,7 +69,7 @@ struct Slot {
 
 /// The engines of a run.
 pub struct EnginePool {
-    clients: Vec<Box<dyn EngineClient>>,
+    clients: Vec<Arc<dyn EngineClient>>,
     slots: Vec<Slot>,
     opts: PoolOptions,
     warnings: Vec<String>,
@@ -70,6 +91,7 @@ impl EnginePool {
                 "rollout.engine_urls is empty: give at least one engine URL".into(),
             ));
         }
+        let clients: Vec<Arc<dyn EngineClient>> = clients.into_iter().map(Arc::from).collect();
         let slots = clients
             .iter()
             .map(|client| Slot {
@@ -106,13 +128,30 @@ impl EnginePool {
         std::mem::take(&mut self.warnings)
     }
 
-    /// Asks every engine whether it is up; one that is not is dropped with a warning.
+    /// Asks every engine, all at once, whether it is up (a probe: each answer is awaited for
+    /// at most [`crate::PROBE_TIMEOUT`]); one that is not is dropped with a warning naming it.
     pub fn check_health(&mut self) -> Result<()> {
-        for (s, client) in self.slots.iter_mut().zip(&self.clients) {
-            if !s.alive {
-                continue;
-            }
-            if let Err(e) = client.health() {
+        let answers: Vec<(usize, Result<()>)> = std::thread::scope(|scope| {
+            let probes: Vec<_> = self
+                .clients
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| self.slots[*i].alive)
+                .map(|(i, client)| (i, scope.spawn(move || client.health())))
+                .collect();
+            probes
+                .into_iter()
+                .map(|(i, probe)| {
+                    let answer = probe.join().unwrap_or_else(|_| {
+                        Err(EngineError::Config("the health probe panicked".into()))
+                    });
+                    (i, answer)
+                })
+                .collect()
+        });
+        for (i, answer) in answers {
+            if let Err(e) = answer {
+                let s = &mut self.slots[i];
                 s.alive = false;
                 s.last_error = e.to_string();
                 self.warnings
@@ -143,9 +182,13 @@ impl EnginePool {
         Err(EngineError::NoEngineLeft(why.join("; ")))
     }
 
-    /// Completes every request; results in request order.
+    /// Completes every request; results in request order. With a cancel that says stop, fails
+    /// with [`EngineError::Interrupted`] within about [`CANCEL_POLL`].
     pub fn generate(&mut self, reqs: &[GenerateRequest]) -> Result<Vec<Vec<EngineCompletion>>> {
         self.require_one()?;
+        if self.opts.cancelled() {
+            return Err(interrupted("a rollout draw (not sent)"));
+        }
         let max_attempts = self.opts.max_failures * self.slots.len() as u32 + 1;
         let shared = Mutex::new(Shared {
             queue: (0..reqs.len()).collect(),
@@ -158,12 +201,11 @@ impl EnginePool {
         let clients = &self.clients;
         let slots = Mutex::new(&mut self.slots);
         let warnings = Mutex::new(Vec::new());
-        let opts = self.opts;
+        let opts = &self.opts;
         std::thread::scope(|scope| {
             for (si, client) in clients.iter().enumerate() {
                 for _ in 0..opts.requests_per_engine {
                     let (shared, wake, slots, warnings) = (&shared, &wake, &slots, &warnings);
-                    let client = &**client;
                     scope.spawn(move || {
                         let w = Worker {
                             si,
@@ -200,25 +242,41 @@ impl EnginePool {
 
     /// Has every live engine load `files` as weight version `version`. An engine that fails
     /// for a transient reason is tried once more and then dropped (sampling from it would give
-    /// stale rollouts); an engine that cannot load such files at all fails the push.
+    /// stale rollouts); an engine that cannot load such files at all fails the push. With a
+    /// cancel that says stop, fails with [`EngineError::Interrupted`] within about
+    /// [`CANCEL_POLL`] (an engine may then hold either version: the next push sets it).
     pub fn push_weights(&mut self, files: &WeightFiles, version: u64) -> Result<()> {
         self.require_one()?;
+        if self.opts.cancelled() {
+            return Err(interrupted(format!(
+                "the push of weights v{version} (not sent)"
+            )));
+        }
         let pause = self.opts.retry_pause;
-        let results: Vec<(usize, Result<()>)> = std::thread::scope(|scope| {
+        let cancel = self.opts.cancel.as_ref();
+        let mut results: Vec<(usize, Result<()>)> = std::thread::scope(|scope| {
             let handles: Vec<_> = self
                 .clients
                 .iter()
                 .enumerate()
                 .filter(|(i, _)| self.slots[*i].alive)
                 .map(|(i, client)| {
+                    let client = Arc::clone(client);
+                    let files = files.clone();
                     scope.spawn(move || {
-                        let first = client.load_weights(files, version);
-                        let out = match first {
+                        let url = client.url().to_string();
+                        let load = move || match client.load_weights(&files, version) {
                             Err(e) if e.is_transient() => {
                                 std::thread::sleep(pause);
-                                client.load_weights(files, version)
+                                client.load_weights(&files, version)
                             }
                             other => other,
+                        };
+                        let out = match call_unless(cancel, || false, load) {
+                            Waited::Done(r) => r,
+                            Waited::Cancelled | Waited::Moot => {
+                                Err(interrupted(format!("{url} loading weights v{version}")))
+                            }
                         };
                         (i, out)
                     })
@@ -226,6 +284,12 @@ impl EnginePool {
                 .collect();
             handles.into_iter().filter_map(|h| h.join().ok()).collect()
         });
+        if let Some(k) = results
+            .iter()
+            .position(|(_, r)| matches!(r, Err(EngineError::Interrupted { .. })))
+        {
+            return results.swap_remove(k).1;
+        }
         for (i, r) in results {
             let s = &mut self.slots[i];
             match r {
@@ -252,12 +316,12 @@ impl EnginePool {
 /// engine is dropped, or the call has failed.
 struct Worker<'a> {
     si: usize,
-    client: &'a dyn EngineClient,
+    client: &'a Arc<dyn EngineClient>,
     shared: &'a Mutex<Shared>,
     wake: &'a Condvar,
     slots: &'a Mutex<&'a mut Vec<Slot>>,
     warnings: &'a Mutex<Vec<String>>,
-    opts: PoolOptions,
+    opts: &'a PoolOptions,
     max_attempts: u32,
 }
 
@@ -268,7 +332,23 @@ impl Worker<'_> {
                 Ok(s) => s[self.si].version,
                 Err(_) => return,
             };
-            let result = self.client.generate(&reqs[i]);
+            let client = Arc::clone(self.client);
+            let req = reqs[i].clone();
+            let failed = || self.shared.lock().map_or(true, |st| st.fatal.is_some());
+            let result = match call_unless(self.opts.cancel.as_ref(), failed, move || {
+                client.generate(&req)
+            }) {
+                Waited::Done(r) => r,
+                // Stopped, or the call has failed elsewhere (this result would not be used).
+                Waited::Cancelled | Waited::Moot => {
+                    if let Ok(mut st) = self.shared.lock() {
+                        st.in_flight -= 1;
+                        self.interrupt_if_cancelled(&mut st);
+                    }
+                    self.wake.notify_all();
+                    return;
+                }
+            };
             let Ok(mut st) = self.shared.lock() else {
                 return;
             };
@@ -338,12 +418,40 @@ impl Worker<'_> {
         dropped || !s[self.si].alive
     }
 
+    /// Fails the call with [`EngineError::Interrupted`] (naming the engines and the requests
+    /// left) when the cancel says stop and nothing has failed it yet; returns whether it did.
+    fn interrupt_if_cancelled(&self, st: &mut Shared) -> bool {
+        if st.fatal.is_some() || !self.opts.cancelled() {
+            return false;
+        }
+        let urls: Vec<String> = self
+            .slots
+            .lock()
+            .map(|s| {
+                s.iter()
+                    .filter(|x| x.alive)
+                    .map(|x| x.url.clone())
+                    .collect()
+            })
+            .unwrap_or_default();
+        st.fatal = Some(interrupted(format!(
+            "the rollout engines {} ({} of {} requests not done)",
+            urls.join(", "),
+            st.results.iter().filter(|r| r.is_none()).count(),
+            st.results.len()
+        )));
+        true
+    }
+
     /// The next request, waiting while others are in flight (a failed one comes back to the
     /// queue); `None` when the work is done, the call failed or the engine is dropped.
     fn next_request(&self) -> Option<usize> {
         let mut st = self.shared.lock().ok()?;
         loop {
             let alive = self.slots.lock().ok().is_some_and(|s| s[self.si].alive);
+            if self.interrupt_if_cancelled(&mut st) {
+                self.wake.notify_all();
+            }
             if st.fatal.is_some() || !alive {
                 return None;
             }
@@ -354,188 +462,11 @@ impl Worker<'_> {
             if st.in_flight == 0 {
                 return None;
             }
-            st = self.wake.wait(st).ok()?;
+            // Woken by any change; the timeout only keeps the cancel asked.
+            st = self.wake.wait_timeout(st, CANCEL_POLL).ok()?.0;
         }
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::request::{FinishReason, SamplingParams};
-    use std::sync::atomic::{AtomicUsize, Ordering};
-
-    /// An engine that answers each request with its prompt's first id, or fails as told.
-    struct Fake {
-        url: String,
-        http: crate::http::Http,
-        /// Fail the first this many calls (transiently), then work.
-        fail_first: usize,
-        /// Fail every call, with a rejection instead of a transient error.
-        reject: bool,
-        calls: AtomicUsize,
-    }
-
-    fn fake(url: &str, fail_first: usize) -> Box<dyn EngineClient> {
-        Box::new(Fake {
-            url: url.into(),
-            http: crate::http::Http::new(url, Duration::from_secs(1)),
-            fail_first,
-            reject: false,
-            calls: AtomicUsize::new(0),
-        })
-    }
-
-    impl EngineClient for Fake {
-        fn http(&self) -> &crate::http::Http {
-            &self.http
-        }
-        fn generate(&self, req: &GenerateRequest) -> Result<Vec<EngineCompletion>> {
-            let k = self.calls.fetch_add(1, Ordering::SeqCst);
-            std::thread::sleep(Duration::from_millis(5));
-            if self.reject {
-                return Err(EngineError::Rejected {
-                    url: self.url.clone(),
-                    status: 400,
-                    message: "prompt too long".into(),
-                });
-            }
-            if k < self.fail_first {
-                return Err(EngineError::Unreachable {
-                    url: self.url.clone(),
-                    cause: "connection refused".into(),
-                });
-            }
-            Ok((0..req.n)
-                .map(|_| EngineCompletion {
-                    tokens: vec![req.prompt_ids[0]],
-                    logprobs: vec![-1.0],
-                    finish: FinishReason::Stop,
-                    weight_version: None,
-                    engine: self.url.clone(),
-                })
-                .collect())
-        }
-        fn load_weights(&self, _: &WeightFiles, _: u64) -> Result<()> {
-            if self.fail_first == usize::MAX {
-                return Err(EngineError::Unreachable {
-                    url: self.url.clone(),
-                    cause: "down".into(),
-                });
-            }
-            Ok(())
-        }
-        fn health(&self) -> Result<()> {
-            Ok(())
-        }
-    }
-
-    fn reqs(n: usize) -> Vec<GenerateRequest> {
-        (0..n)
-            .map(|i| GenerateRequest {
-                prompt_ids: vec![i as i64],
-                n: 2,
-                max_tokens: 4,
-                sampling: SamplingParams {
-                    temperature: 1.0,
-                    top_k: None,
-                    top_p: None,
-                },
-                seed: 0,
-                stop_token_ids: vec![],
-            })
-            .collect()
-    }
-
-    fn quick() -> PoolOptions {
-        PoolOptions {
-            requests_per_engine: 2,
-            max_failures: 2,
-            retry_pause: Duration::from_millis(1),
-        }
-    }
-
-    #[test]
-    fn results_come_back_in_request_order_from_every_engine() {
-        let mut pool = EnginePool::new(vec![fake("a", 0), fake("b", 0)], quick()).unwrap();
-        let out = pool.generate(&reqs(9)).unwrap();
-        for (i, group) in out.iter().enumerate() {
-            assert_eq!(group.len(), 2);
-            assert!(group.iter().all(|c| c.tokens == vec![i as i64]));
-        }
-        let served: std::collections::HashSet<&str> =
-            out.iter().flatten().map(|c| c.engine.as_str()).collect();
-        assert_eq!(served.len(), 2, "both engines took work");
-    }
-
-    #[test]
-    fn a_dead_engine_is_dropped_and_the_other_does_the_work() {
-        let mut pool =
-            EnginePool::new(vec![fake("dead", usize::MAX), fake("ok", 0)], quick()).unwrap();
-        let out = pool.generate(&reqs(6)).unwrap();
-        assert!(out.iter().flatten().all(|c| c.engine == "ok"));
-        assert_eq!(pool.live_urls(), vec!["ok".to_string()]);
-        let w = pool.take_warnings();
-        assert!(
-            w.iter()
-                .any(|m| m.contains("dead dropped after 2 failures")),
-            "{w:?}"
-        );
-        // Pushing skips the dropped engine.
-        let files = WeightFiles {
-            format: crate::WeightFormat::Gguf,
-            path: "/x".into(),
-        };
-        pool.push_weights(&files, 1).unwrap();
-        let out = pool.generate(&reqs(2)).unwrap();
-        assert!(out.iter().flatten().all(|c| c.weight_version == Some(1)));
-    }
-
-    #[test]
-    fn a_transient_failure_is_retried() {
-        let mut pool = EnginePool::new(vec![fake("flaky", 1)], quick()).unwrap();
-        assert_eq!(pool.generate(&reqs(3)).unwrap().len(), 3);
-        assert_eq!(pool.live_urls().len(), 1);
-    }
-
-    #[test]
-    fn no_engine_left_fails_cleanly_naming_each() {
-        let mut pool =
-            EnginePool::new(vec![fake("a", usize::MAX), fake("b", usize::MAX)], quick()).unwrap();
-        let e = pool.generate(&reqs(4)).unwrap_err();
-        let msg = e.to_string();
-        assert!(matches!(e, EngineError::NoEngineLeft(_)), "{msg}");
-        assert!(
-            msg.contains("a: ") && msg.contains("b: ") && msg.contains("refused"),
-            "{msg}"
-        );
-        // And stays failed without hanging.
-        assert!(pool.generate(&reqs(1)).is_err());
-    }
-
-    #[test]
-    fn a_rejected_request_fails_at_once() {
-        let reject = Box::new(Fake {
-            url: "r".into(),
-            http: crate::http::Http::new("r", Duration::from_secs(1)),
-            fail_first: 0,
-            reject: true,
-            calls: AtomicUsize::new(0),
-        });
-        let mut pool = EnginePool::new(vec![reject, fake("ok", usize::MAX)], quick()).unwrap();
-        let e = pool.generate(&reqs(3)).unwrap_err();
-        assert!(e.to_string().contains("prompt too long"), "{e}");
-    }
-
-    #[test]
-    fn an_engine_that_does_not_take_weights_is_dropped() {
-        let mut pool =
-            EnginePool::new(vec![fake("down", usize::MAX), fake("ok", 0)], quick()).unwrap();
-        let files = WeightFiles {
-            format: crate::WeightFormat::Gguf,
-            path: "/x".into(),
-        };
-        pool.push_weights(&files, 3).unwrap();
-        assert_eq!(pool.live_urls(), vec!["ok".to_string()]);
-    }
-}
+mod tests;
