@@ -10,6 +10,9 @@ running:
       it and closes the old one once its requests have finished. Answers
       {"success": true, "weight_version": N, "seconds": s}; on failure (unreadable file, wrong
       architecture) the old model keeps serving and the answer is an error with its reason.
+  POST /reload_model {"lora_path": "/abs/adapter.gguf", "weight_version": N}
+      the same with a LoRA adapter GGUF on the base file the server serves (or on "model_path"
+      when given): a LoRA run's push writes only its adapter.
   GET /weight_version -> {"weight_version": N or null}
 
 Every passed-through response carries `X-Weight-Version: N` once a reload has happened, so a
@@ -35,9 +38,13 @@ def log(msg):
 class Upstream:
     """One llama-server with a count of the requests it is serving."""
 
-    def __init__(self, args, model_path, version):
+    def __init__(self, args, model_path, version, lora_path=None):
         p = xllamacpp.CommonParams()
         p.model.path = model_path
+        if lora_path is not None:
+            # A LoRA adapter GGUF applied to every request at scale 1 (llama.cpp scales it by
+            # the file's adapter.lora.alpha over its rank).
+            p.lora_adapters = [xllamacpp.CommonAdapterLoraInfo(lora_path, 1.0)]
         p.n_parallel = args.slots
         p.n_ctx = args.ctx * args.slots
         p.cpuparams.n_threads = args.threads
@@ -77,17 +84,18 @@ class Front:
             if up.retired and up.busy == 0:
                 up.close()
 
-    def reload(self, model_path, version):
+    def reload(self, model_path, version, lora_path=None):
         with self.reload_lock:
             t0 = time.time()
-            new = Upstream(self.args, model_path, version)
+            new = Upstream(self.args, model_path, version, lora_path)
             with self.lock:
                 old, self.current = self.current, new
                 old.retired = True
                 if old.busy == 0:
                     old.close()
             secs = time.time() - t0
-            log(f"weights v{version} from {model_path} in {secs:.2f} s")
+            what = model_path if lora_path is None else f"{lora_path} on {model_path}"
+            log(f"weights v{version} from {what} in {secs:.2f} s")
             return secs
 
 
@@ -128,11 +136,14 @@ def handler(front):
         def reload(self, data):
             try:
                 req = json.loads(data)
-                path, version = req["model_path"], int(req["weight_version"])
+                version = int(req["weight_version"])
+                # An adapter alone goes on the base file the server serves now.
+                lora = req.get("lora_path")
+                path = req["model_path"] if lora is None else req.get("model_path", front.current.model_path)
             except (ValueError, KeyError, TypeError) as e:
                 return self.reply_json(400, {"error": {"code": 400, "message": f"bad reload request: {e}"}})
             try:
-                secs = front.reload(path, version)
+                secs = front.reload(path, version, lora)
             except RuntimeError as e:
                 return self.reply_json(500, {"error": {"code": 500, "message": f"{path} did not load: {e}"}})
             self.reply_json(200, {"success": True, "weight_version": version, "seconds": secs})

@@ -42,6 +42,7 @@ mod prompt;
 mod runtime;
 pub mod sampler;
 pub mod save_gguf;
+pub mod shards;
 pub mod shared_prompt;
 mod spec;
 mod tokenizer;

@@ -206,6 +206,49 @@ pub fn load_adapters(vs: &VarStore, dir: &Path) -> Result<()> {
     crate::load::copy_named(vars, tensors.into_iter().collect(), &path)
 }
 
+/// Writes adapter variables (`...q_proj.lora_A`, `...lora_B`) as a PEFT adapter folder, the
+/// format vLLM's and SGLang's `load_lora_adapter` read: `adapter_model.safetensors` with PEFT's
+/// names (`base_model.model.<module>.lora_A.weight`) and an `adapter_config.json` of a plain
+/// LoRA (`r`, `lora_alpha`, `target_modules`, no bias, no dropout). This is not the folder
+/// `Model::save` writes (fulcrum's own, for exact resume): a push writes this one.
+pub fn write_peft_adapter(
+    adapters: &[(String, Tensor)],
+    cfg: &LoraConfig,
+    dir: &Path,
+) -> Result<()> {
+    std::fs::create_dir_all(dir).map_err(|e| ModelError::io(dir, e))?;
+    let named: Vec<(String, Tensor)> = adapters
+        .iter()
+        .map(|(n, t)| (format!("base_model.model.{n}.weight"), t.shallow_clone()))
+        .collect();
+    crate::model::save_named(&named, &dir.join(ADAPTER_WEIGHTS))?;
+    // PEFT writes an integral alpha as an integer (vLLM's PEFTHelper types it `int`).
+    let alpha = if cfg.alpha.fract() == 0.0 && cfg.alpha.abs() < 1e15 {
+        serde_json::json!(cfg.alpha as i64)
+    } else {
+        serde_json::json!(cfg.alpha)
+    };
+    let config = serde_json::json!({
+        "peft_type": "LORA",
+        "task_type": "CAUSAL_LM",
+        "r": cfg.rank,
+        "lora_alpha": alpha,
+        "target_modules": cfg.targets,
+        "lora_dropout": 0.0,
+        "bias": "none",
+        "fan_in_fan_out": false,
+        "use_rslora": false,
+        "use_dora": false,
+        "inference_mode": true,
+    });
+    let path = dir.join(ADAPTER_CONFIG);
+    let text = serde_json::to_string_pretty(&config).map_err(|e| ModelError::Json {
+        path: path.clone(),
+        message: e.to_string(),
+    })?;
+    std::fs::write(&path, text).map_err(|e| ModelError::io(&path, e))
+}
+
 /// Number of elements of the variables that require a gradient (tch's own
 /// `trainable_variables` still lists frozen ones: it records how a variable was created).
 pub fn trainable_parameters(vs: &VarStore) -> i64 {

@@ -208,8 +208,71 @@ impl Model {
         crate::save_gguf::write_gguf(&weights, self.config(), template, out, dtype)
     }
 
+    /// Write the policy (LoRA adapters folded in) as an HF folder of `shards` safetensors
+    /// shards with their index ([`crate::shards`]), writing here only the shards in `mine`
+    /// (each on a thread) and, with `meta`, the index, `config.json` and the tokenizer files.
+    /// Several processes holding the same weights write one folder together, each its share.
+    pub fn save_merged_shards(
+        &self,
+        dir: &Path,
+        shards: usize,
+        mine: &[usize],
+        meta: bool,
+    ) -> Result<()> {
+        let weights = lora::merged_variables(&self.vs, &self.net);
+        let sizes: Vec<(String, u64)> = weights
+            .iter()
+            .map(|(n, t)| (n.clone(), crate::shards::tensor_bytes(t)))
+            .collect();
+        let plan = crate::shards::ShardPlan::new(&sizes, shards);
+        std::fs::create_dir_all(dir).map_err(|e| ModelError::io(dir, e))?;
+        if meta {
+            self.write_meta(dir)?;
+        }
+        // A plan of fewer shards than asked (a model of few tensors) leaves some writers none.
+        let mine: Vec<usize> = mine
+            .iter()
+            .copied()
+            .filter(|&k| k < plan.shards.len())
+            .collect();
+        crate::shards::write_shards(&weights, &plan, &mine, dir, meta)
+    }
+
+    /// Write the LoRA adapters alone as a llama.cpp adapter GGUF (names from `template`, a GGUF
+    /// of the base model; [`crate::save_gguf::write_gguf_adapter`]). An error without LoRA.
+    pub fn save_gguf_adapter(
+        &self,
+        template: &crate::save_gguf::GgufTemplate,
+        out: &Path,
+    ) -> Result<()> {
+        let cfg = self.lora.as_ref().ok_or_else(no_adapters)?;
+        let adapters = self.adapter_variables();
+        crate::save_gguf::write_gguf_adapter(&adapters, cfg, self.config(), template, out)
+    }
+
+    /// Write the LoRA adapters alone as a PEFT adapter folder, what vLLM's and SGLang's
+    /// `load_lora_adapter` read ([`crate::lora::write_peft_adapter`]). An error without LoRA.
+    pub fn save_peft_adapter(&self, dir: &Path) -> Result<()> {
+        let cfg = self.lora.as_ref().ok_or_else(no_adapters)?;
+        lora::write_peft_adapter(&self.adapter_variables(), cfg, dir)
+    }
+
+    fn adapter_variables(&self) -> Vec<(String, Tensor)> {
+        self.vs
+            .variables()
+            .into_iter()
+            .filter(|(n, _)| lora::is_adapter_name(n))
+            .collect()
+    }
+
     fn write_folder(&self, dir: &Path, weights: &[(String, Tensor)]) -> Result<()> {
         std::fs::create_dir_all(dir).map_err(|e| ModelError::io(dir, e))?;
+        self.write_meta(dir)?;
+        save_named(weights, &dir.join("model.safetensors"))
+    }
+
+    /// `config.json`, and `tokenizer.json` and `tokenizer_config.json` when present.
+    fn write_meta(&self, dir: &Path) -> Result<()> {
         let config_path = dir.join("config.json");
         let text = serde_json::to_string_pretty(&self.config().to_hf_json()).map_err(|e| {
             ModelError::Json {
@@ -218,7 +281,6 @@ impl Model {
             }
         })?;
         std::fs::write(&config_path, text).map_err(|e| ModelError::io(&config_path, e))?;
-        save_named(weights, &dir.join("model.safetensors"))?;
         if let Some(tok) = &self.tokenizer {
             tok.save(&dir.join("tokenizer.json"))?;
         }
@@ -251,4 +313,8 @@ fn release_freed_memory() {
     unsafe {
         libc::malloc_trim(0);
     }
+}
+
+fn no_adapters() -> ModelError {
+    ModelError::Invalid("the model has no LoRA adapters to write".into())
 }

@@ -104,7 +104,7 @@ pub fn write_gguf(
     };
     let mut by_name: HashMap<&str, &Tensor> =
         weights.iter().map(|(n, t)| (n.as_str(), t)).collect();
-    let mut tensors: Vec<(&str, QTensor)> = Vec::with_capacity(template.tensors.len());
+    let mut tensors: Vec<(String, QTensor)> = Vec::with_capacity(template.tensors.len());
     for (name, shape) in &template.tensors {
         let hf = hf_name(name).ok_or_else(|| err(format!("tensor `{name}` has no HF name")))?;
         let t = by_name.remove(hf.as_str()).ok_or_else(|| {
@@ -126,17 +126,15 @@ pub fn write_gguf(
                 "`{name}`: the policy's `{hf}` is {dims:?}, the template's {shape:?}"
             )));
         }
-        let data = Vec::<f32>::try_from(t.contiguous().flatten(0, -1))
-            .map_err(|e| err(format!("`{hf}`: {e}")))?;
-        let ct = candle_core::Tensor::from_vec(data, dims.as_slice(), &candle_core::Device::Cpu)
-            .map_err(|e| err(format!("`{name}`: {e}")))?;
         let ty = if dims.len() == 1 {
             GgmlDType::F32
         } else {
             dtype.ggml()
         };
-        let q = QTensor::quantize(&ct, ty).map_err(|e| err(format!("`{name}`: {e}")))?;
-        tensors.push((name.as_str(), q));
+        tensors.push((
+            name.clone(),
+            qtensor(&t, ty).map_err(|e| err(format!("`{name}`: {e}")))?,
+        ));
     }
     // Tied heads have no tensor of their own in GGUF; anything else left over is lost weight.
     by_name
@@ -157,12 +155,30 @@ pub fn write_gguf(
         .collect();
     metadata.push(("general.file_type", &file_type));
     metadata.sort_by_key(|(k, _)| *k);
-    let refs: Vec<(&str, &QTensor)> = tensors.iter().map(|(n, q)| (*n, q)).collect();
+    write_file(out, &metadata, &tensors)
+}
+
+/// A CPU f32 tensor as a GGUF tensor of type `ty`.
+fn qtensor(t: &Tensor, ty: GgmlDType) -> std::result::Result<QTensor, String> {
+    let dims: Vec<usize> = t.size().iter().map(|&d| d as usize).collect();
+    let data = Vec::<f32>::try_from(t.contiguous().flatten(0, -1)).map_err(|e| e.to_string())?;
+    let ct = candle_core::Tensor::from_vec(data, dims.as_slice(), &candle_core::Device::Cpu)
+        .map_err(|e| e.to_string())?;
+    QTensor::quantize(&ct, ty).map_err(|e| e.to_string())
+}
+
+/// Writes a GGUF file beside `out` and renames it into place, so a reader never sees half of it.
+fn write_file(
+    out: &Path,
+    metadata: &[(&str, &Value)],
+    tensors: &[(String, QTensor)],
+) -> Result<()> {
+    let refs: Vec<(&str, &QTensor)> = tensors.iter().map(|(n, q)| (n.as_str(), q)).collect();
     let tmp = out.with_extension("gguf.partial");
     let write = || -> std::result::Result<(), String> {
         let f = std::fs::File::create(&tmp).map_err(|e| e.to_string())?;
         let mut w = std::io::BufWriter::new(f);
-        gguf_file::write(&mut w, &metadata, &refs).map_err(|e| e.to_string())?;
+        gguf_file::write(&mut w, metadata, &refs).map_err(|e| e.to_string())?;
         use std::io::Write;
         w.flush().map_err(|e| e.to_string())
     };
@@ -171,6 +187,76 @@ pub fn write_gguf(
         message: format!("writing: {e}"),
     })?;
     std::fs::rename(&tmp, out).map_err(|e| ModelError::io(out, e))
+}
+
+/// Writes a model's LoRA adapters (`adapters`: the `...q_proj.lora_A` `[rank, in]` and
+/// `...lora_B` `[out, rank]` variables) as a llama.cpp LoRA adapter file: for each targeted
+/// weight of `template` (a GGUF of the base model), `<name>.lora_a` and `<name>.lora_b` in f32,
+/// with `general.type = "adapter"`, `adapter.type = "lora"` and `adapter.lora.alpha` (llama.cpp
+/// scales the update by alpha over the rank it reads from the shapes). Llama q/k rows of `B`
+/// are permuted as the weights are. Loaded beside the base file, it makes the server compute
+/// what the policy computes, for a file of the adapters' size.
+pub fn write_gguf_adapter(
+    adapters: &[(String, Tensor)],
+    lora: &crate::lora::LoraConfig,
+    config: &ModelConfig,
+    template: &GgufTemplate,
+    out: &Path,
+) -> Result<()> {
+    let err = |message: String| ModelError::Gguf {
+        path: template.path.clone(),
+        message,
+    };
+    let mut by_name: HashMap<&str, &Tensor> =
+        adapters.iter().map(|(n, t)| (n.as_str(), t)).collect();
+    let mut tensors: Vec<(String, QTensor)> = Vec::new();
+    for (name, _) in &template.tensors {
+        let Some(base) = hf_name(name).and_then(|h| h.strip_suffix(".weight").map(String::from))
+        else {
+            continue;
+        };
+        let (Some(a), Some(b)) = (
+            by_name.remove(format!("{base}.lora_A").as_str()),
+            by_name.remove(format!("{base}.lora_B").as_str()),
+        ) else {
+            continue;
+        };
+        let cpu = |t: &Tensor| {
+            tch::no_grad(|| t.detach().to_device(tch::Device::Cpu).to_kind(Kind::Float))
+        };
+        let (a, mut b) = (cpu(a), cpu(b));
+        if config.arch == Arch::Llama {
+            if name.contains(".attn_q.") {
+                b = permute(&b, config.num_heads);
+            } else if name.contains(".attn_k.") {
+                b = permute(&b, config.num_kv_heads);
+            }
+        }
+        for (suffix, t) in [("lora_a", &a), ("lora_b", &b)] {
+            let q = qtensor(t, GgmlDType::F32).map_err(|e| err(format!("`{name}`: {e}")))?;
+            tensors.push((format!("{name}.{suffix}"), q));
+        }
+    }
+    if let Some(left) = by_name.keys().min() {
+        return Err(err(format!(
+            "the template has no weight for the adapter `{left}` (another model's file?)"
+        )));
+    }
+    let arch = template
+        .metadata
+        .get("general.architecture")
+        .cloned()
+        .ok_or_else(|| err("no general.architecture in the template".into()))?;
+    let general_type = Value::String("adapter".into());
+    let adapter_type = Value::String("lora".into());
+    let alpha = Value::F32(lora.alpha as f32);
+    let metadata: Vec<(&str, &Value)> = vec![
+        ("adapter.lora.alpha", &alpha),
+        ("adapter.type", &adapter_type),
+        ("general.architecture", &arch),
+        ("general.type", &general_type),
+    ];
+    write_file(out, &metadata, &tensors)
 }
 
 #[cfg(test)]

@@ -189,3 +189,41 @@ fn bad_settings_are_errors_naming_the_field() {
         "attaching twice"
     );
 }
+
+#[test]
+fn a_peft_adapter_folder_holds_the_adapters_under_peft_names() -> anyhow::Result<()> {
+    let mut model = Model::random(&small_config(), Device::Cpu, 3);
+    model.attach_lora(&lora(&["q_proj", "down_proj"]))?;
+    let dir = tempfile::tempdir()?;
+    model.save_peft_adapter(dir.path())?;
+    let tensors = Tensor::read_safetensors(dir.path().join("adapter_model.safetensors"))?;
+    let mut names: Vec<String> = tensors.iter().map(|(n, _)| n.clone()).collect();
+    names.sort();
+    // Two layers, two targets, A and B each: the names vLLM's and PEFT's loaders parse.
+    assert_eq!(names.len(), 8);
+    assert!(names.contains(&"base_model.model.model.layers.1.mlp.down_proj.lora_B.weight".into()));
+    for (n, t) in &tensors {
+        let var = n
+            .strip_prefix("base_model.model.")
+            .and_then(|n| n.strip_suffix(".weight"))
+            .unwrap();
+        let ours = &model.var_store().variables()[var];
+        assert!(t.equal(ours), "{n}");
+    }
+    let config: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(
+        dir.path().join("adapter_config.json"),
+    )?)?;
+    assert_eq!(config["peft_type"], "LORA");
+    assert_eq!(
+        (config["r"].as_i64(), config["lora_alpha"].as_i64()),
+        (Some(4), Some(8))
+    );
+    assert_eq!(
+        config["target_modules"],
+        serde_json::json!(["q_proj", "down_proj"])
+    );
+    // Without adapters there is nothing to push alone.
+    let plain = Model::random(&small_config(), Device::Cpu, 3);
+    assert!(plain.save_peft_adapter(dir.path()).is_err());
+    Ok(())
+}

@@ -75,6 +75,37 @@ fn saved_folder_loads_back_to_the_same_logits() -> anyhow::Result<()> {
 }
 
 #[test]
+fn shards_written_by_two_writers_load_to_the_same_logits_as_one_file() -> anyhow::Result<()> {
+    // What a weight push by two ranks writes: writer 0 its two shards with the index and the
+    // config, writer 1 the other two; the folder is the model, as the single file is.
+    let model = Model::load_hf(&fixture("qwen3"), Device::Cpu)?;
+    let dir = tempfile::tempdir()?;
+    let (one, sharded) = (dir.path().join("one"), dir.path().join("sharded"));
+    model.save_merged(&one)?;
+    model.save_merged_shards(&sharded, 4, &[0, 1], true)?;
+    assert!(!sharded.join("model-00003-of-00004.safetensors").exists());
+    model.save_merged_shards(&sharded, 4, &[2, 3], false)?;
+    let index: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(
+        sharded.join("model.safetensors.index.json"),
+    )?)?;
+    let files: std::collections::BTreeSet<&str> = index["weight_map"]
+        .as_object()
+        .unwrap()
+        .values()
+        .filter_map(|v| v.as_str())
+        .collect();
+    assert_eq!(files.len(), 4, "{files:?}");
+    let ids = reference("qwen3", "input_ids")?;
+    let (a, b) = tch::no_grad(|| -> anyhow::Result<_> {
+        let a = Model::load_hf(&one, Device::Cpu)?.net().forward(&ids)?;
+        let b = Model::load_hf(&sharded, Device::Cpu)?.net().forward(&ids)?;
+        Ok((a, b))
+    })?;
+    assert!(a.equal(&b));
+    Ok(())
+}
+
+#[test]
 fn a_missing_tensor_is_an_error_naming_it() -> anyhow::Result<()> {
     let dir = std::env::temp_dir().join(format!("fulcrum-missing-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;

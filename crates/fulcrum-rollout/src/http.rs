@@ -83,6 +83,19 @@ impl Http {
         self.finish(&url, resp, self.timeout)
     }
 
+    /// `POST base+path` with a JSON body, for a route that answers plain text on success
+    /// (vLLM's `/v1/load_lora_adapter`): the reply's text.
+    pub fn post_text(&self, path: &str, body: &Value) -> Result<String> {
+        let url = format!("{}{}", self.base, path);
+        let bytes = serde_json::to_vec(body).map_err(|e| EngineError::Config(e.to_string()))?;
+        let resp = self
+            .agent
+            .post(&url)
+            .header("Content-Type", "application/json")
+            .send(&bytes[..]);
+        Ok(self.finish_text(&url, resp, self.timeout)?.0)
+    }
+
     /// `GET base+path`.
     pub fn get(&self, path: &str) -> Result<Reply> {
         let url = format!("{}{}", self.base, path);
@@ -103,6 +116,24 @@ impl Http {
         resp: std::result::Result<ureq::http::Response<ureq::Body>, ureq::Error>,
         limit: Duration,
     ) -> Result<Reply> {
+        let (text, weight_version) = self.finish_text(url, resp, limit)?;
+        let json = serde_json::from_str(&text).map_err(|e| EngineError::Malformed {
+            url: url.to_string(),
+            what: format!("not JSON ({e}): {}", clip(&text)),
+        })?;
+        Ok(Reply {
+            json,
+            weight_version,
+        })
+    }
+
+    /// A reply's text and `X-Weight-Version`, or the error its status says.
+    fn finish_text(
+        &self,
+        url: &str,
+        resp: std::result::Result<ureq::http::Response<ureq::Body>, ureq::Error>,
+        limit: Duration,
+    ) -> Result<(String, Option<u64>)> {
         let mut resp = resp.map_err(|e| transport_error(url, e, limit))?;
         let status = resp.status().as_u16();
         let weight_version = resp
@@ -135,14 +166,7 @@ impl Http {
                 },
             );
         }
-        let json = serde_json::from_str(&text).map_err(|e| EngineError::Malformed {
-            url: url.to_string(),
-            what: format!("not JSON ({e}): {}", clip(&text)),
-        })?;
-        Ok(Reply {
-            json,
-            weight_version,
-        })
+        Ok((text, weight_version))
     }
 }
 

@@ -34,4 +34,5 @@ pub use http::PROBE_TIMEOUT;
 pub use pool::{EnginePool, PoolOptions};
 pub use request::{
     EngineCompletion, FinishReason, GenerateRequest, SamplingParams, WeightFiles, WeightFormat,
+    ADAPTER_NAME,
 };

@@ -31,7 +31,13 @@ pub struct GenerateRequest {
     pub seed: u64,
     /// A sampled token in this list ends its completion (and is kept in `tokens`).
     pub stop_token_ids: Vec<i64>,
+    /// The LoRA adapter to sample with, by the name it was loaded under ([`ADAPTER_NAME`]):
+    /// vLLM and SGLang apply an adapter per request; llama.cpp applies the one it loaded.
+    pub adapter: Option<String>,
 }
+
+/// The name a policy's LoRA adapter is loaded under on vLLM and SGLang.
+pub const ADAPTER_NAME: &str = "fulcrum-policy";
 
 /// Why a completion ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,10 +67,23 @@ pub struct EngineCompletion {
 /// How pushed weights are written for an engine to load.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WeightFormat {
-    /// An HF folder (`config.json`, `model.safetensors`, tokenizer): vLLM and SGLang.
+    /// An HF folder (`config.json`, safetensors shards and their index, tokenizer): vLLM and
+    /// SGLang.
     HfFolder,
     /// A GGUF file: llama.cpp.
     Gguf,
+    /// A PEFT LoRA adapter folder (`adapter_config.json`, `adapter_model.safetensors`) on the
+    /// engine's own base weights: vLLM's and SGLang's `load_lora_adapter`.
+    PeftAdapter,
+    /// A llama.cpp LoRA adapter GGUF, loaded beside the server's own base file.
+    GgufAdapter,
+}
+
+impl WeightFormat {
+    /// Whether the files are an adapter on the engine's base weights, not whole weights.
+    pub fn is_adapter(self) -> bool {
+        matches!(self, WeightFormat::PeftAdapter | WeightFormat::GgufAdapter)
+    }
 }
 
 /// Weights written to disk for engines to load (the disk transport of the weight push; an

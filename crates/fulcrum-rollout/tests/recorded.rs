@@ -41,6 +41,7 @@ fn req(n: usize) -> GenerateRequest {
         },
         seed: 1234,
         stop_token_ids: vec![151643, 151645],
+        adapter: None,
     }
 }
 
@@ -281,4 +282,152 @@ fn sglang_client_and_a_failed_update_on_playback() {
     let e = c.load_weights(&files, 2).unwrap_err();
     assert!(!e.is_transient(), "a refused update is not retried: {e}");
     assert!(e.to_string().contains("cache was not flushed"), "{e}");
+}
+
+fn hf_files(path: &str) -> WeightFiles {
+    WeightFiles {
+        format: WeightFormat::HfFolder,
+        path: path.into(),
+    }
+}
+
+#[test]
+fn vllm_colocation_sleeps_then_wakes_weights_reloads_and_wakes_the_cache() {
+    let (url, seen) = playback(vec![
+        (200, fixture("vllm/sleep_response.json")),
+        (200, fixture("vllm/wake_up_partial_response.json")),
+        (200, serde_json::json!({"status": "ok"})),
+        (200, fixture("vllm/wake_up_response.json")),
+        // A server that stays asleep after the last wake-up is an error.
+        (200, fixture("vllm/wake_up_partial_response.json")),
+        (200, serde_json::json!({"status": "ok"})),
+        (200, fixture("vllm/wake_up_partial_response.json")),
+    ]);
+    let c = connect(EngineKind::Vllm, &url, Duration::from_secs(5)).unwrap();
+    c.release_memory().unwrap();
+    c.load_weights_released(&hf_files("/ckpt/weights-v3"), 3)
+        .unwrap();
+    let e = c
+        .load_weights_released(&hf_files("/ckpt/weights-v4"), 4)
+        .unwrap_err();
+    assert!(e.to_string().contains("still asleep"), "{e}");
+    let seen = seen.lock().unwrap();
+    let paths: Vec<&str> = seen.iter().map(|(p, _)| p.as_str()).collect();
+    assert_eq!(
+        paths[..4],
+        [
+            "POST /sleep?level=2&mode=wait",
+            "POST /wake_up?tags=weights",
+            "POST /collective_rpc",
+            "POST /wake_up?tags=kv_cache",
+        ]
+    );
+    assert_eq!(seen[2].1["kwargs"]["weights_path"], "/ckpt/weights-v3");
+}
+
+#[test]
+fn vllm_colocation_without_dev_mode_says_how_to_start_the_server() {
+    let (url, _) = playback(vec![(404, serde_json::json!({"detail": "Not Found"}))]);
+    let c = connect(EngineKind::Vllm, &url, Duration::from_secs(5)).unwrap();
+    let e = c.release_memory().unwrap_err();
+    assert!(matches!(e, EngineError::Unsupported { .. }), "{e}");
+    assert!(e.to_string().contains("--enable-sleep-mode"), "{e}");
+}
+
+#[test]
+fn sglang_colocation_releases_then_resumes_weights_updates_and_resumes_the_cache() {
+    let null = fixture("sglang/memory_occupation_response.json");
+    let (url, seen) = playback(vec![
+        (200, null.clone()),
+        (200, null.clone()),
+        (
+            200,
+            fixture("sglang/update_weights_from_disk_response.json"),
+        ),
+        (200, null),
+        (400, fixture("sglang/memory_occupation_error_response.json")),
+    ]);
+    let c = connect(EngineKind::Sglang, &url, Duration::from_secs(5)).unwrap();
+    c.release_memory().unwrap();
+    c.load_weights_released(&hf_files("/ckpt/weights-v2"), 2)
+        .unwrap();
+    let e = c.release_memory().unwrap_err();
+    assert!(!e.is_transient(), "{e}");
+    assert!(e.to_string().contains("--enable-memory-saver"), "{e}");
+    let seen = seen.lock().unwrap();
+    let paths: Vec<&str> = seen.iter().map(|(p, _)| p.as_str()).collect();
+    assert_eq!(
+        paths[..4],
+        [
+            "POST /release_memory_occupation",
+            "POST /resume_memory_occupation",
+            "POST /update_weights_from_disk",
+            "POST /resume_memory_occupation",
+        ]
+    );
+    assert_eq!(seen[0].1, serde_json::json!({}), "every part released");
+    assert_eq!(
+        seen[1].1,
+        fixture("sglang/resume_memory_occupation_request.json")
+    );
+    assert_eq!(seen[2].1["weight_version"], "2");
+    assert_eq!(seen[3].1["tags"], serde_json::json!(["kv_cache"]));
+}
+
+#[test]
+fn llamacpp_has_no_colocation() {
+    let c = connect(
+        EngineKind::Llamacpp,
+        "http://127.0.0.1:9",
+        Duration::from_secs(1),
+    )
+    .unwrap();
+    let e = c.release_memory().unwrap_err();
+    assert!(e.to_string().contains("rollout.colocate"), "{e}");
+}
+
+fn adapter_files() -> WeightFiles {
+    WeightFiles {
+        format: WeightFormat::PeftAdapter,
+        path: "/ckpt/adapter-v1".into(),
+    }
+}
+
+#[test]
+fn vllm_adapter_push_loads_in_place_and_requests_name_the_adapter() {
+    let (url, seen) = playback(vec![(200, fixture("vllm/load_lora_adapter_response.json"))]);
+    let c = connect(EngineKind::Vllm, &url, Duration::from_secs(5)).unwrap();
+    c.load_weights(&adapter_files(), 1).unwrap();
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen[0].0, "POST /v1/load_lora_adapter");
+    assert_eq!(seen[0].1, fixture("vllm/load_lora_adapter_request.json"));
+    let mut with = req(2);
+    with.adapter = Some(fulcrum_rollout::ADAPTER_NAME.into());
+    assert_eq!(vllm::build_request(&with)["model"], "fulcrum-policy");
+    assert!(vllm::build_request(&req(2)).get("model").is_none());
+}
+
+#[test]
+fn sglang_adapter_push_replaces_the_adapter_and_requests_name_it() {
+    let ok = fixture("sglang/load_lora_adapter_response.json");
+    let (url, seen) = playback(vec![(200, ok.clone()); 3]);
+    let c = connect(EngineKind::Sglang, &url, Duration::from_secs(5)).unwrap();
+    c.load_weights(&adapter_files(), 1).unwrap();
+    c.load_weights(&adapter_files(), 2).unwrap();
+    let seen = seen.lock().unwrap();
+    let paths: Vec<&str> = seen.iter().map(|(p, _)| p.as_str()).collect();
+    // The first push loads; a later one unloads the name first (SGLang refuses it twice).
+    assert_eq!(
+        paths,
+        [
+            "POST /load_lora_adapter",
+            "POST /unload_lora_adapter",
+            "POST /load_lora_adapter"
+        ]
+    );
+    assert_eq!(seen[0].1, fixture("sglang/load_lora_adapter_request.json"));
+    assert_eq!(seen[1].1["lora_name"], "fulcrum-policy");
+    let mut with = req(2);
+    with.adapter = Some(fulcrum_rollout::ADAPTER_NAME.into());
+    assert_eq!(sglang::build_request(&with)["lora_path"], "fulcrum-policy");
 }

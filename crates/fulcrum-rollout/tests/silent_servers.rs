@@ -102,6 +102,7 @@ fn request() -> GenerateRequest {
         },
         seed: 1,
         stop_token_ids: vec![2],
+        adapter: None,
     }
 }
 

@@ -50,10 +50,9 @@ pub fn grpo_step(
 ) -> Result<StepReport, TrainError> {
     let t_start = Instant::now();
 
-    // 0. Engines hold the policy after `step - 1` steps (a weight push when they do not),
-    // once a draw sampling ahead for this step (`rollout.overlap`) has come back.
-    let wait_secs = engine.collect_prefetch()?;
-    let push_secs = engine.sync(&policy.model, step - 1)?;
+    // 0. Engines are brought to the policy after `step - 1` steps (a weight push when they do
+    // not hold it; behind the draws requested ahead, `rollout.max_staleness`).
+    let push_secs = engine.sync(&policy.model, step - 1, ranks)?;
     let t_pushed = t_start.elapsed().as_secs_f64();
 
     // 1-3. Sample G responses per prompt and score them (dynamic sampling draws more).
@@ -63,14 +62,16 @@ pub fn grpo_step(
         steps: cfg.steps,
     };
     let mut drawn = draw_groups(engine, &policy.model, task, &cfg.rollout, at, data, ranks)?;
-    let t_sampled = t_start.elapsed().as_secs_f64() - t_pushed + wait_secs;
+    let t_sampled = t_start.elapsed().as_secs_f64() - t_pushed;
+    // Colocated engines free the accelerator for the update (counted with the push).
+    let push_secs = push_secs + engine.release_memory(&cfg.rollout, ranks)?;
 
     // 3a. Engine rollouts: the trainer's own old log-probabilities, the engine/trainer
     // mismatch and the truncated importance weights (offpolicy.rs).
     let t_check = Instant::now();
     let fwd = cfg.forward();
-    let check =
-        engine.check_rollouts(&policy.model, &mut drawn.rollouts, &fwd, cfg.rollout.is_cap)?;
+    let (is_cap, trained) = (cfg.rollout.is_cap, step - 1);
+    let check = engine.check_rollouts(&policy.model, &mut drawn.rollouts, &fwd, is_cap, trained)?;
     let check_secs = t_check.elapsed().as_secs_f64();
     let rollouts = &drawn.rollouts;
 
@@ -249,6 +250,9 @@ fn step_metrics(
         time_weight_push: times.weight_push,
         kl_engine: check.kl_engine,
         rollout_stale: check.stale,
+        rollout_staleness_mean: drawn.staleness_sum as f64 / n,
+        rollout_staleness_max: drawn.staleness_max,
+        rollout_dropped_stale: drawn.dropped_stale,
         rollout_is_capped_frac: check.is_capped_frac,
     }
 }

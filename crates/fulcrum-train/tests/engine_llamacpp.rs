@@ -6,93 +6,18 @@
 //! script into `.venv-engine` (`FULCRUM_ENGINE_VENV`) on first use. Missing either is a failure
 //! here, not a skip: these tests are only run when asked for.
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+mod common;
 
-use anyhow::{bail, Context, Result};
+use std::path::Path;
+
+use anyhow::{Context, Result};
+use common::llamacpp::{engine_sets, gguf, run_metrics, scratch, server_gone, Server};
 use fulcrum_model::save_gguf::GgufTemplate;
 use fulcrum_model::{GgufDtype, Message, Model};
-use fulcrum_rollout::engines::llamacpp::LlamaCpp;
 use fulcrum_rollout::{
     EngineClient, FinishReason, GenerateRequest, SamplingParams, WeightFiles, WeightFormat,
 };
 use tch::{Device, Kind, Tensor};
-
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-fn gguf() -> Result<PathBuf> {
-    let p = std::env::var_os("FULCRUM_SMOLLM2_GGUF")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root().join("assets/SmolLM2-135M-Instruct.Q4_1.gguf"));
-    if !p.is_file() {
-        bail!(
-            "{}: missing (fulcrum fetch-assets --only smollm2)",
-            p.display()
-        );
-    }
-    Ok(p)
-}
-
-/// A server started by scripts/llamacpp-server.sh, killed on drop.
-struct Server {
-    child: Child,
-    url: String,
-}
-
-impl Server {
-    fn start(model: &Path) -> Result<Server> {
-        let port = {
-            let l = std::net::TcpListener::bind("127.0.0.1:0")?;
-            l.local_addr()?.port()
-        };
-        let child = Command::new(root().join("scripts/llamacpp-server.sh"))
-            .arg(model)
-            .arg(port.to_string())
-            .args([
-                "--slots",
-                "4",
-                "--ctx",
-                "1024",
-                "--threads",
-                "2",
-                "--verbosity",
-                "0",
-            ])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .spawn()
-            .context("starting scripts/llamacpp-server.sh")?;
-        let url = format!("http://127.0.0.1:{port}");
-        let client = LlamaCpp::new(&url, Duration::from_secs(5));
-        let t0 = Instant::now();
-        // The first start may install the engine (a pip install).
-        while client.health().is_err() {
-            if t0.elapsed() > Duration::from_secs(300) {
-                bail!("{url} did not come up within 300 s");
-            }
-            std::thread::sleep(Duration::from_millis(250));
-        }
-        Ok(Server { child, url })
-    }
-
-    fn client(&self) -> LlamaCpp {
-        LlamaCpp::new(&self.url, Duration::from_secs(120))
-    }
-
-    fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
 
 fn prompt(model: &Model, text: &str) -> Result<Vec<i64>> {
     let rendered = model.chat_template()?.render(&[Message::user(text)], true);
@@ -117,6 +42,7 @@ fn request(
         },
         seed,
         stop_token_ids: model.stop_token_ids(),
+        adapter: None,
     }
 }
 
@@ -235,48 +161,101 @@ fn trainer_logprobs_agree_with_the_engine_and_follow_a_weight_push() -> Result<(
     Ok(())
 }
 
-/// A run against the server(s), from the library: `steps` steps of the one-digit additions.
-fn engine_config(urls: &[&str], steps: u64, run_dir: &Path) -> Result<fulcrum_train::Config> {
-    let gguf = gguf()?;
-    let urls: Vec<String> = urls.iter().map(|u| format!("\"{u}\"")).collect();
-    let sets = [
-        format!("model.path={:?}", gguf.display().to_string()),
-        format!("run_dir={:?}", run_dir.display().to_string()),
-        format!(
-            "task.path={:?}",
-            root()
-                .join("data/arith/add_1digit.jsonl")
-                .display()
-                .to_string()
-        ),
-        "task.name=\"jsonl\"".into(),
-        format!("steps={steps}"),
-        "sft.steps=0".into(),
-        "rollout.engine=\"llamacpp\"".into(),
-        format!("rollout.engine_urls=[{}]", urls.join(",")),
-        "rollout.engine_max_failures=1".into(),
-        "rollout.engine_timeout_s=120".into(),
-        "rollout.prompts_per_step=4".into(),
-        "rollout.group_size=4".into(),
-        "rollout.max_prompt_len=64".into(),
-        "rollout.max_response_len=24".into(),
-        "rollout.is_cap=2.0".into(),
-        "ppo.micro_batch_size=8".into(),
-        "optim.lr=2e-5".into(),
-        "eval.prompts=4".into(),
-        "eval_every=0".into(),
-        "checkpoint_every=0".into(),
-        "threads=2".into(),
-    ];
-    Ok(fulcrum_train::Config::load(None, &sets)?)
+#[test]
+#[ignore = "slow: starts a llama.cpp server (run with --ignored)"]
+fn an_adapter_push_is_followed_by_the_engine_for_a_fraction_of_the_bytes() -> Result<()> {
+    let path = gguf()?;
+    let mut model = Model::load_gguf(&path, Device::Cpu)?;
+    let lora = fulcrum_model::LoraConfig {
+        rank: 8,
+        alpha: 16.0,
+        targets: [
+            "q_proj",
+            "k_proj",
+            "v_proj",
+            "o_proj",
+            "gate_proj",
+            "up_proj",
+            "down_proj",
+        ]
+        .map(String::from)
+        .to_vec(),
+    };
+    model.attach_lora(&lora)?;
+    // A trained adapter: B away from its zero start, enough to move the policy visibly.
+    tch::manual_seed(5);
+    tch::no_grad(|| {
+        for (name, mut v) in model.var_store().variables() {
+            if name.ends_with(".lora_B") {
+                v.copy_(&(Tensor::randn(v.size(), (Kind::Float, Device::Cpu)) * 0.02));
+            }
+        }
+    });
+    // The server serves the base in f16 (as after a first push), so that what is left between
+    // engine and trainer is the adapter's doing, not Q4_1's 0.05 nats.
+    let template = GgufTemplate::read(&path)?;
+    let dir = scratch()?;
+    let base_f16 = dir.path().join("base.gguf");
+    Model::load_gguf(&path, Device::Cpu)?.save_gguf(&template, &base_f16, GgufDtype::F16)?;
+    let server = Server::start(&base_f16)?;
+    let c = server.client();
+    let ids = prompt(&model, "What is 7 + 5? Answer with just the number.")?;
+    let (adapter, merged) = (
+        dir.path().join("adapter-v1.gguf"),
+        dir.path().join("w-v2.gguf"),
+    );
+    let t0 = std::time::Instant::now();
+    model.save_gguf_adapter(&template, &adapter)?;
+    let write_adapter = t0.elapsed().as_secs_f64();
+    let t0 = std::time::Instant::now();
+    c.load_weights(
+        &WeightFiles {
+            format: WeightFormat::GgufAdapter,
+            path: adapter.clone(),
+        },
+        1,
+    )?;
+    let load_adapter = t0.elapsed().as_secs_f64();
+    let after = c.generate(&request(&model, ids.clone(), 4, 32, 3))?;
+    assert!(after.iter().all(|d| d.weight_version == Some(1)));
+    let (abs_new, kl_new) = mismatch(&model, &ids, &after)?;
+    let base = Model::load_gguf(&path, Device::Cpu)?;
+    let (abs_base, _) = mismatch(&base, &ids, &after)?;
+    // The merged push of the same policy, for its cost.
+    let t0 = std::time::Instant::now();
+    model.save_gguf(&template, &merged, GgufDtype::F16)?;
+    let write_merged = t0.elapsed().as_secs_f64();
+    let t0 = std::time::Instant::now();
+    c.load_weights(
+        &WeightFiles {
+            format: WeightFormat::Gguf,
+            path: merged.clone(),
+        },
+        2,
+    )?;
+    let load_merged = t0.elapsed().as_secs_f64();
+    let (a_bytes, m_bytes) = (adapter.metadata()?.len(), merged.metadata()?.len());
+    eprintln!(
+        "adapter push: {a_bytes} bytes, write {write_adapter:.2} s, load {load_adapter:.2} s; \
+         merged push: {m_bytes} bytes, write {write_merged:.2} s, load {load_merged:.2} s; \
+         engine vs the LoRA policy {abs_new:.4} nats (kl {kl_new:.5}), vs the base {abs_base:.4}"
+    );
+    // An f16 push alone differs from the trainer by about 0.003 nats.
+    assert!(abs_new < 0.02 && kl_new < 0.001, "{abs_new} {kl_new}");
+    assert!(
+        abs_base > 3.0 * abs_new,
+        "the adapter changed nothing: {abs_base} vs {abs_new}"
+    );
+    assert!(a_bytes * 5 < m_bytes, "{a_bytes} vs {m_bytes}");
+    Ok(())
 }
 
-fn run_metrics(dir: &Path) -> Result<Vec<serde_json::Value>> {
-    let text = std::fs::read_to_string(dir.join("metrics.jsonl"))?;
-    Ok(text
-        .lines()
-        .map(serde_json::from_str)
-        .collect::<std::result::Result<_, _>>()?)
+/// A run against the server(s), from the library: `steps` steps of the one-digit additions.
+fn engine_config(urls: &[&str], steps: u64, run_dir: &Path) -> Result<fulcrum_train::Config> {
+    let mut sets = engine_sets(urls, steps)?;
+    sets.push(format!("run_dir={:?}", run_dir.display().to_string()));
+    sets.push("threads=2".into());
+    Ok(fulcrum_train::Config::load(None, &sets)?)
 }
 
 #[test]
@@ -326,7 +305,7 @@ fn a_run_survives_one_of_two_servers_dying_and_says_so() -> Result<()> {
     // And with both gone, the run fails cleanly, naming the servers.
     drop(a);
     let cfg = engine_config(
-        &[&server_gone(), &server_gone()],
+        &[&server_gone()?, &server_gone()?],
         1,
         &dir.path().join("run2"),
     )?;
@@ -336,11 +315,6 @@ fn a_run_survives_one_of_two_servers_dying_and_says_so() -> Result<()> {
         .to_string();
     assert!(e.contains("no rollout engine is left"), "{e}");
     Ok(())
-}
-
-fn server_gone() -> String {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    format!("http://127.0.0.1:{}", l.local_addr().unwrap().port())
 }
 
 #[test]
@@ -380,10 +354,4 @@ fn overlap_samples_one_step_behind_and_checkpoints_resume_before_the_prefetch() 
     assert_eq!(offset("step-2")?, 8, "4 prompts for each of steps 1 and 2");
     assert_eq!(offset("final")?, 12);
     Ok(())
-}
-
-/// A scratch folder beside the build, not in /tmp: every weight push writes a full f16 GGUF
-/// (270 MB for SmolLM2-135M), and /tmp may be a small tmpfs.
-fn scratch() -> std::io::Result<tempfile::TempDir> {
-    tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR"))
 }

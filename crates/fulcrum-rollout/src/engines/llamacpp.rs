@@ -211,8 +211,16 @@ impl EngineClient for LlamaCpp {
     }
 
     fn load_weights(&self, files: &WeightFiles, version: u64) -> Result<()> {
-        expect_format(self.url(), "llama.cpp", files, WeightFormat::Gguf)?;
-        let body = json!({"model_path": files.path, "weight_version": version});
+        // A LoRA push: the adapter on the base file the server was started with.
+        let body = match files.format {
+            WeightFormat::GgufAdapter => {
+                json!({"lora_path": files.path, "weight_version": version})
+            }
+            _ => {
+                expect_format(self.url(), "llama.cpp", files, WeightFormat::Gguf)?;
+                json!({"model_path": files.path, "weight_version": version})
+            }
+        };
         match self.http.post("/reload_model", &body) {
             Ok(r) if r.json.get("success").and_then(Value::as_bool) == Some(true) => Ok(()),
             Ok(r) => Err(EngineError::Malformed {
@@ -256,6 +264,7 @@ mod tests {
             },
             seed: 7,
             stop_token_ids: stop,
+            adapter: None,
         }
     }
 

@@ -32,6 +32,14 @@ impl EngineKind {
             _ => WeightFormat::HfFolder,
         }
     }
+
+    /// The files a weight push of a LoRA policy writes for this engine: the adapter alone.
+    pub fn adapter_format(self) -> WeightFormat {
+        match self {
+            EngineKind::Llamacpp => WeightFormat::GgufAdapter,
+            _ => WeightFormat::PeftAdapter,
+        }
+    }
 }
 
 /// One engine server (or one router in front of many).
@@ -46,6 +54,17 @@ pub trait EngineClient: Send + Sync {
     fn generate(&self, req: &GenerateRequest) -> Result<Vec<EngineCompletion>>;
     /// Loads weights written to disk and tags what it samples from now on with `version`.
     fn load_weights(&self, files: &WeightFiles, version: u64) -> Result<()>;
+    /// Colocation (`rollout.colocate`): frees the engine's accelerator memory (weights and KV
+    /// cache) so that the trainer's update can use it. The engine samples nothing until
+    /// [`EngineClient::load_weights_released`] has given it weights again.
+    fn release_memory(&self) -> Result<()> {
+        Err(no_colocation(self.url()))
+    }
+    /// Colocation: takes the weights' memory back, loads `files` into it as `version`, then
+    /// takes the KV cache's memory back, so the engine samples again.
+    fn load_weights_released(&self, _files: &WeightFiles, _version: u64) -> Result<()> {
+        Err(no_colocation(self.url()))
+    }
     /// Answers when the engine is up (`GET /health`, the same route on all three engines); a
     /// probe, bounded by [`crate::PROBE_TIMEOUT`].
     fn health(&self) -> Result<()> {
@@ -55,6 +74,16 @@ pub trait EngineClient: Send + Sync {
     /// template of a GGUF push. A probe, bounded by [`crate::PROBE_TIMEOUT`].
     fn model_path(&self) -> Result<Option<String>> {
         Ok(None)
+    }
+}
+
+/// An engine with no call to free its memory for a colocated trainer.
+fn no_colocation(url: &str) -> EngineError {
+    EngineError::Unsupported {
+        url: url.into(),
+        what: "this engine cannot free its memory for a colocated trainer (rollout.colocate \
+               needs vLLM or SGLang)"
+            .into(),
     }
 }
 

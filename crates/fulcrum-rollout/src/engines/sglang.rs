@@ -6,8 +6,11 @@
 //! `--enable-deterministic-inference` and then gives every sample of a prompt the same seed.
 //!
 //! Weight push (disk): `POST /update_weights_from_disk {model_path, weight_version, ...}`; a
-//! load that fails keeps the old weights and answers `success: false`.
+//! load that fails keeps the old weights and answers `success: false`. A LoRA run pushes only its
+//! adapter (`/load_lora_adapter`, a server started with `--enable-lora`), and every request
+//! names it (`lora_path`).
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use serde_json::{json, Value};
@@ -15,24 +18,64 @@ use serde_json::{json, Value};
 use super::{check_completion, expect_format, field, one_or_many, EngineClient};
 use crate::error::{EngineError, Result};
 use crate::http::Http;
-use crate::request::{EngineCompletion, FinishReason, GenerateRequest, WeightFiles, WeightFormat};
+use crate::request::{
+    EngineCompletion, FinishReason, GenerateRequest, WeightFiles, WeightFormat, ADAPTER_NAME,
+};
 
 pub struct Sglang {
     http: Http,
+    /// An adapter was loaded under [`ADAPTER_NAME`] (a new one replaces it: unload, load).
+    adapter_loaded: AtomicBool,
 }
 
 impl Sglang {
     pub fn new(url: &str, timeout: Duration) -> Self {
         Sglang {
             http: Http::new(url, timeout),
+            adapter_loaded: AtomicBool::new(false),
         }
+    }
+
+    /// Replaces the policy's adapter: unload the one loaded under [`ADAPTER_NAME`] (SGLang
+    /// refuses a name twice), load the new folder under it. Draws and pushes never overlap
+    /// (the trainer queues them in order), so no request names the adapter in between.
+    fn load_adapter(&self, files: &WeightFiles) -> Result<()> {
+        if self.adapter_loaded.swap(false, Ordering::SeqCst) {
+            let reply = self.http.post(
+                "/unload_lora_adapter",
+                &json!({ "lora_name": ADAPTER_NAME }),
+            )?;
+            lora_update_ok(&reply.json, self.url(), "unload_lora_adapter")?;
+        }
+        let reply = self
+            .http
+            .post("/load_lora_adapter", &adapter_request(files))?;
+        lora_update_ok(&reply.json, self.url(), "load_lora_adapter")?;
+        self.adapter_loaded.store(true, Ordering::SeqCst);
+        Ok(())
+    }
+}
+
+/// The `/load_lora_adapter` body: the policy's adapter folder under [`ADAPTER_NAME`].
+pub fn adapter_request(files: &WeightFiles) -> Value {
+    json!({ "lora_name": ADAPTER_NAME, "lora_path": files.path })
+}
+
+/// A `LoRAUpdateOutput` that says it succeeded.
+fn lora_update_ok(reply: &Value, url: &str, route: &str) -> Result<()> {
+    match reply.get("success").and_then(Value::as_bool) {
+        Some(true) => Ok(()),
+        _ => Err(EngineError::Malformed {
+            url: url.into(),
+            what: format!("{route} answered {reply}"),
+        }),
     }
 }
 
 /// The `/generate` body for `req`.
 pub fn build_request(req: &GenerateRequest) -> Value {
     let s = &req.sampling;
-    json!({
+    let mut body = json!({
         "input_ids": req.prompt_ids,
         "sampling_params": {
             "n": req.n,
@@ -52,7 +95,11 @@ pub fn build_request(req: &GenerateRequest) -> Value {
         "return_logprob": true,
         "logprob_start_len": -1,
         "stream": false,
-    })
+    });
+    if let Some(name) = &req.adapter {
+        body["lora_path"] = json!(name);
+    }
+    body
 }
 
 /// The completions of a `/generate` reply (a list of `n` entries, or one object for `n = 1`).
@@ -144,6 +191,9 @@ impl EngineClient for Sglang {
     }
 
     fn load_weights(&self, files: &WeightFiles, version: u64) -> Result<()> {
+        if files.format == WeightFormat::PeftAdapter {
+            return self.load_adapter(files);
+        }
         expect_format(self.url(), "SGLang", files, WeightFormat::HfFolder)?;
         let body = weight_update_request(files, version);
         let reply = self.http.post("/update_weights_from_disk", &body)?;
@@ -154,6 +204,33 @@ impl EngineClient for Sglang {
                 what: format!("update_weights_from_disk answered {}", reply.json),
             }),
         }
+    }
+
+    /// SGLang answers `null` once the memory is released; a failure is an error reply.
+    fn release_memory(&self) -> Result<()> {
+        let body = memory_occupation_request(None);
+        self.http.post("/release_memory_occupation", &body)?;
+        Ok(())
+    }
+
+    /// Weights first, then the update, then the KV cache: the load never competes with the
+    /// cache for memory.
+    fn load_weights_released(&self, files: &WeightFiles, version: u64) -> Result<()> {
+        let weights = memory_occupation_request(Some(&["weights"]));
+        self.http.post("/resume_memory_occupation", &weights)?;
+        self.load_weights(files, version)?;
+        let cache = memory_occupation_request(Some(&["kv_cache"]));
+        self.http.post("/resume_memory_occupation", &cache)?;
+        Ok(())
+    }
+}
+
+/// Colocation (a server started with `--enable-memory-saver`): the body that frees or takes
+/// back memory: every part (`None`), or only `"weights"` or `"kv_cache"`.
+pub fn memory_occupation_request(tags: Option<&[&str]>) -> Value {
+    match tags {
+        None => json!({}),
+        Some(t) => json!({ "tags": t }),
     }
 }
 

@@ -9,7 +9,9 @@
 //!
 //! Weight push (disk): vLLM 0.34 has no disk weight-transfer backend, but a server started with
 //! `VLLM_SERVER_DEV_MODE=1` reloads a folder of the same architecture's weights in place through
-//! `collective_rpc("reload_weights")` ([`weight_update_calls`]).
+//! `collective_rpc("reload_weights")` ([`weight_update_calls`]). A LoRA run pushes only its
+//! adapter: `POST /v1/load_lora_adapter` in place (a server started with `--enable-lora` and
+//! `VLLM_ALLOW_RUNTIME_LORA_UPDATING=True`), and every request names it as its `model`.
 
 use std::time::Duration;
 
@@ -18,7 +20,9 @@ use serde_json::{json, Value};
 use super::{check_completion, expect_format, field, ids, EngineClient};
 use crate::error::{EngineError, Result};
 use crate::http::Http;
-use crate::request::{EngineCompletion, FinishReason, GenerateRequest, WeightFiles, WeightFormat};
+use crate::request::{
+    EngineCompletion, FinishReason, GenerateRequest, WeightFiles, WeightFormat, ADAPTER_NAME,
+};
 
 pub struct Vllm {
     http: Http,
@@ -35,7 +39,7 @@ impl Vllm {
 /// The `/v1/completions` body for `req`.
 pub fn build_request(req: &GenerateRequest) -> Value {
     let s = &req.sampling;
-    json!({
+    let mut body = json!({
         "prompt": req.prompt_ids,
         "n": req.n,
         "max_tokens": req.max_tokens,
@@ -54,7 +58,18 @@ pub fn build_request(req: &GenerateRequest) -> Value {
         "skip_special_tokens": false,
         "include_stop_str_in_output": true,
         "stream": false,
-    })
+    });
+    if let Some(name) = &req.adapter {
+        body["model"] = json!(name);
+    }
+    body
+}
+
+/// The `/v1/load_lora_adapter` body: the policy's adapter under [`ADAPTER_NAME`], replacing the
+/// one loaded under that name in place (each version has its own folder, so no prefix-cache
+/// entry of an older adapter is reused).
+pub fn adapter_request(files: &WeightFiles) -> Value {
+    json!({ "lora_name": ADAPTER_NAME, "lora_path": files.path, "load_inplace": true })
 }
 
 /// The completions of a `/v1/completions` reply, in `index` order.
@@ -130,6 +145,21 @@ impl EngineClient for Vllm {
 
     /// vLLM's replies carry no weight version: the pool tracks the version it pushed.
     fn load_weights(&self, files: &WeightFiles, _version: u64) -> Result<()> {
+        if files.format == WeightFormat::PeftAdapter {
+            // vLLM answers plain text on success, an error object otherwise.
+            const ROUTE: &str = "/v1/load_lora_adapter";
+            return match self.http.post_text(ROUTE, &adapter_request(files)) {
+                Ok(_) => Ok(()),
+                Err(EngineError::Rejected { status: 404, .. }) => Err(EngineError::Unsupported {
+                    url: self.url().into(),
+                    what: format!(
+                        "{ROUTE} is not served: start vLLM with --enable-lora and \
+                         VLLM_ALLOW_RUNTIME_LORA_UPDATING=True"
+                    ),
+                }),
+                Err(e) => Err(e),
+            };
+        }
         expect_format(self.url(), "vLLM", files, WeightFormat::HfFolder)?;
         let calls = weight_update_calls(files);
         for (k, (path, body)) in calls.iter().enumerate() {
@@ -154,6 +184,74 @@ impl EngineClient for Vllm {
         }
         Ok(())
     }
+
+    fn release_memory(&self) -> Result<()> {
+        let reply = self
+            .http
+            .post(SLEEP_CALL, &json!({}))
+            .map_err(|e| dev_mode(self.url(), SLEEP_CALL, e))?;
+        match reply.json.get("status").and_then(Value::as_str) {
+            Some("sleeping") => Ok(()),
+            _ => Err(EngineError::Malformed {
+                url: self.url().into(),
+                what: format!("{SLEEP_CALL} answered {}", reply.json),
+            }),
+        }
+    }
+
+    fn load_weights_released(&self, files: &WeightFiles, _version: u64) -> Result<()> {
+        expect_format(self.url(), "vLLM", files, WeightFormat::HfFolder)?;
+        let mut last = Value::Null;
+        for (path, body) in released_weight_update_calls(files) {
+            last = self
+                .http
+                .post(path, &body)
+                .map_err(|e| dev_mode(self.url(), path, e))?
+                .json;
+        }
+        match last.get("status").and_then(Value::as_str) {
+            Some("awake") => Ok(()),
+            _ => Err(EngineError::Malformed {
+                url: self.url().into(),
+                what: format!("still asleep after waking the weights and the KV cache: {last}"),
+            }),
+        }
+    }
+}
+
+/// A 404 on a development route: the server was not started to serve it.
+fn dev_mode(url: &str, path: &str, e: EngineError) -> EngineError {
+    match e {
+        EngineError::Rejected { status: 404, .. } => EngineError::Unsupported {
+            url: url.into(),
+            what: format!(
+                "{path} is not served: start vLLM with VLLM_SERVER_DEV_MODE=1 (and \
+                 --enable-sleep-mode for rollout.colocate)"
+            ),
+        },
+        other => other,
+    }
+}
+
+/// Colocation in vLLM's sleep mode (a server started with `VLLM_SERVER_DEV_MODE=1` and
+/// `--enable-sleep-mode`): level 2 discards the weights and the KV cache once the requests in
+/// flight have finished (the weights are reloaded from the next push, so none are kept in CPU
+/// memory); `/wake_up` takes back one part at a time, so that a weight load never competes
+/// with the KV cache for memory. The engine schedules again once every part is awake.
+pub const SLEEP_CALL: &str = "/sleep?level=2&mode=wait";
+
+/// The HTTP calls of a push into a sleeping engine, in order: wake the weights, reload them
+/// from the folder, wake the KV cache (which resumes scheduling; the prefix cache was dropped
+/// by the sleep).
+pub fn released_weight_update_calls(files: &WeightFiles) -> Vec<(&'static str, Value)> {
+    vec![
+        ("/wake_up?tags=weights", json!({})),
+        (
+            "/collective_rpc",
+            json!({"method": "reload_weights", "kwargs": {"weights_path": files.path}}),
+        ),
+        ("/wake_up?tags=kv_cache", json!({})),
+    ]
 }
 
 /// The HTTP calls of one disk weight push, in order (vLLM 0.34, `VLLM_SERVER_DEV_MODE=1`):

@@ -246,10 +246,46 @@ impl EnginePool {
     /// cancel that says stop, fails with [`EngineError::Interrupted`] within about
     /// [`CANCEL_POLL`] (an engine may then hold either version: the next push sets it).
     pub fn push_weights(&mut self, files: &WeightFiles, version: u64) -> Result<()> {
+        let what = format!("load weights v{version}");
+        let files = files.clone();
+        let loaded =
+            self.on_every_engine(&what, Arc::new(move |c| c.load_weights(&files, version)))?;
+        self.set_version(&loaded, version);
+        Ok(())
+    }
+
+    /// Colocation (`rollout.colocate`): every live engine frees its accelerator memory for
+    /// the trainer's update; one that cannot is dropped as [`EnginePool::push_weights`] does.
+    pub fn release_memory(&mut self) -> Result<()> {
+        self.on_every_engine("free its memory", Arc::new(|c| c.release_memory()))?;
+        Ok(())
+    }
+
+    /// Colocation: [`EnginePool::push_weights`] into engines whose memory was released (each
+    /// takes its memory back around the load).
+    pub fn push_weights_released(&mut self, files: &WeightFiles, version: u64) -> Result<()> {
+        let what = format!("take its memory back and load weights v{version}");
+        let files = files.clone();
+        let load = move |c: &dyn EngineClient| c.load_weights_released(&files, version);
+        let loaded = self.on_every_engine(&what, Arc::new(load))?;
+        self.set_version(&loaded, version);
+        Ok(())
+    }
+
+    fn set_version(&mut self, engines: &[usize], version: u64) {
+        for &i in engines {
+            self.slots[i].version = Some(version);
+        }
+    }
+
+    /// Runs `call` on every live engine at once (a transient failure is tried once more),
+    /// drops the engines that still fail transiently (with a warning saying they did not
+    /// `what`), and returns the engines that succeeded; any other failure is the error.
+    fn on_every_engine(&mut self, what: &str, call: EngineCall) -> Result<Vec<usize>> {
         self.require_one()?;
         if self.opts.cancelled() {
             return Err(interrupted(format!(
-                "the push of weights v{version} (not sent)"
+                "the engines asked to {what} (not sent)"
             )));
         }
         let pause = self.opts.retry_pause;
@@ -262,20 +298,20 @@ impl EnginePool {
                 .filter(|(i, _)| self.slots[*i].alive)
                 .map(|(i, client)| {
                     let client = Arc::clone(client);
-                    let files = files.clone();
+                    let call = Arc::clone(&call);
                     scope.spawn(move || {
                         let url = client.url().to_string();
-                        let load = move || match client.load_weights(&files, version) {
+                        let once = move || match call(client.as_ref()) {
                             Err(e) if e.is_transient() => {
                                 std::thread::sleep(pause);
-                                client.load_weights(&files, version)
+                                call(client.as_ref())
                             }
                             other => other,
                         };
-                        let out = match call_unless(cancel, || false, load) {
+                        let out = match call_unless(cancel, || false, once) {
                             Waited::Done(r) => r,
                             Waited::Cancelled | Waited::Moot => {
-                                Err(interrupted(format!("{url} loading weights v{version}")))
+                                Err(interrupted(format!("{url} asked to {what}")))
                             }
                         };
                         (i, out)
@@ -288,29 +324,38 @@ impl EnginePool {
             .iter()
             .position(|(_, r)| matches!(r, Err(EngineError::Interrupted { .. })))
         {
-            return results.swap_remove(k).1;
+            return Err(results
+                .swap_remove(k)
+                .1
+                .err()
+                .unwrap_or_else(|| interrupted(what)));
         }
+        let mut done = Vec::new();
         for (i, r) in results {
             let s = &mut self.slots[i];
             match r {
                 Ok(()) => {
-                    s.version = Some(version);
                     s.failures = 0;
+                    done.push(i);
                 }
                 Err(e) if e.is_transient() => {
                     s.alive = false;
                     s.last_error = e.to_string();
                     self.warnings.push(format!(
-                        "rollout engine {} dropped: it did not load weights v{version}: {e}",
+                        "rollout engine {} dropped: it did not {what}: {e}",
                         s.url
                     ));
                 }
                 Err(e) => return Err(e),
             }
         }
-        self.require_one()
+        self.require_one()?;
+        Ok(done)
     }
 }
+
+/// A call made on every engine at once.
+type EngineCall = Arc<dyn Fn(&dyn EngineClient) -> Result<()> + Send + Sync>;
 
 /// One worker of engine `si`: takes requests off the queue until the queue is done, the
 /// engine is dropped, or the call has failed.

@@ -83,6 +83,7 @@ fn reqs(n: usize) -> Vec<GenerateRequest> {
             },
             seed: 0,
             stop_token_ids: vec![],
+            adapter: None,
         })
         .collect()
 }
@@ -247,7 +248,7 @@ fn a_hung_weight_push_is_given_up_soon_after_the_cancel() {
     let e = pool.push_weights(&files, 2).unwrap_err();
     let waited = set.recv().unwrap().elapsed();
     assert!(matches!(e, EngineError::Interrupted { .. }), "{e}");
-    assert!(e.to_string().contains("h loading weights v2"), "{e}");
+    assert!(e.to_string().contains("h asked to load weights v2"), "{e}");
     assert!(
         waited < CANCEL_POLL * 5,
         "gave up {waited:?} after the cancel"

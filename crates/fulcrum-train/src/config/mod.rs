@@ -201,10 +201,19 @@ pub struct RolloutConfig {
     /// Truncated importance sampling against engine/trainer mismatch: each token's policy loss
     /// is weighted by `min(pi_trainer / pi_engine, is_cap)` (e.g. 2.0); `None`: off.
     pub is_cap: Option<f64>,
-    /// Sample step k+1's first draw on the engines while the trainer updates on step k (one
-    /// step off-policy: those responses come from the weights one step behind, are counted in
-    /// `rollout/stale`, and need `is_cap`). Off: every step samples on its own weights.
+    /// Sample step k+1's first draw on the engines while the trainer updates on step k: the
+    /// same as `max_staleness = 1`, kept for configs that say it this way.
     pub overlap: bool,
+    /// Asynchronous within a bound: the engines sample the next `max_staleness` steps' first
+    /// draws while the trainer updates, so a response may come from weights up to that many
+    /// versions behind the policy it trains (each carries its version; `rollout/staleness_*`
+    /// report it; an older one is dropped, `rollout/dropped_stale`). 0: every step samples on
+    /// its own weights. 1 or more needs an engine and `is_cap`.
+    pub max_staleness: u64,
+    /// One GPU holds both an engine and the trainer (verl's default layout): vLLM and SGLang
+    /// are asked to free their memory during the update (vLLM's sleep mode, SGLang's
+    /// `/release_memory_occupation`) and to take it back before sampling.
+    pub colocate: bool,
     /// Where weight pushes are written (`None`: `<run_dir>/engine-weights`); must be a path
     /// the engines can read.
     pub push_dir: Option<PathBuf>,
@@ -374,6 +383,14 @@ impl Default for ModelConfig {
     }
 }
 
+impl RolloutConfig {
+    /// How many versions ahead of the trainer the engines sample: `max_staleness`, or 1 for
+    /// `overlap = true`.
+    pub fn staleness(&self) -> u64 {
+        self.max_staleness.max(u64::from(self.overlap))
+    }
+}
+
 impl Default for RolloutConfig {
     fn default() -> Self {
         Self {
@@ -396,6 +413,8 @@ impl Default for RolloutConfig {
             engine_max_failures: 3,
             is_cap: None,
             overlap: false,
+            max_staleness: 0,
+            colocate: false,
             push_dir: None,
             push_dtype: GgufDtype::F16,
         }

@@ -27,6 +27,9 @@ const MAX_SECONDS: u64 = 7 * 24 * 3600;
 
 /// `dist.bucket_mb`: 64 GiB, more than any one device's memory.
 const MAX_BUCKET_MB: usize = 65_536;
+/// Versions the engines may sample ahead: the async trainers that bound staleness (AReaL,
+/// prime-rl) use single digits; far beyond that the importance weights carry the update.
+const MAX_STALENESS: u64 = 64;
 
 /// Why a size bound is what it is, said with the bound.
 const WHY_TOKENS: &str = "8 times the longest context of any model fulcrum loads";
@@ -251,20 +254,73 @@ impl Config {
                 );
             }
         }
-        if r.overlap && r.engine == EngineKind::Native {
+        // The key that asked for sampling ahead, to name in what follows.
+        let ahead = if r.max_staleness > 0 {
+            "rollout.max_staleness"
+        } else {
+            "rollout.overlap"
+        };
+        if r.overlap && r.max_staleness > 1 {
             return fail(
                 "rollout.overlap",
+                format!(
+                    "means rollout.max_staleness = 1, but rollout.max_staleness = {}: set only \
+                     max_staleness",
+                    r.max_staleness
+                ),
+            );
+        }
+        if r.max_staleness > MAX_STALENESS {
+            return fail(
+                "rollout.max_staleness",
+                format!(
+                    "must be at most {MAX_STALENESS} (a draw that many steps ahead trains on \
+                     weights that far behind), got {}",
+                    r.max_staleness
+                ),
+            );
+        }
+        if r.staleness() > 0 && r.engine == EngineKind::Native {
+            return fail(
+                ahead,
                 "needs rollout.engine = vllm, sglang or llamacpp (the native sampler shares the \
                  trainer's process)"
                     .into(),
             );
         }
-        if r.overlap && r.is_cap.is_none() {
+        if r.staleness() > 0 && r.is_cap.is_none() {
             return fail(
-                "rollout.overlap",
-                "samples from weights one step behind, so it needs the importance correction: \
-                 set rollout.is_cap (2.0 is usual)"
+                ahead,
+                "samples from weights behind the policy it trains, so it needs the importance \
+                 correction: set rollout.is_cap (2.0 is usual)"
                     .into(),
+            );
+        }
+        if r.colocate && r.staleness() > 0 {
+            return fail(
+                "rollout.colocate",
+                format!(
+                    "frees the engines' memory during the update, so they cannot sample ahead \
+                     of it; {ahead} must be 0/false with colocate"
+                ),
+            );
+        }
+        if r.colocate && self.model.lora.is_some() {
+            return fail(
+                "rollout.colocate",
+                "with LoRA (model.lora) is not built: a colocated engine discards its base weights \
+                 while asleep, and a LoRA push carries only the adapter"
+                    .into(),
+            );
+        }
+        if r.colocate && !matches!(r.engine, EngineKind::Vllm | EngineKind::Sglang) {
+            return fail(
+                "rollout.colocate",
+                format!(
+                    "frees and retakes the memory of a vLLM or SGLang server on the trainer's \
+                     GPU; rollout.engine = \"{}\" has no such call",
+                    r.engine
+                ),
             );
         }
         Ok(())

@@ -123,6 +123,15 @@ pub struct StepMetrics {
     /// Responses sampled by other weights than the version the step expected.
     #[serde(rename = "rollout/stale")]
     pub rollout_stale: u64,
+    /// How many versions behind the trained policy the responses trained on were sampled, on
+    /// average and at most (`rollout.max_staleness` bounds it; 0 with the native sampler).
+    #[serde(rename = "rollout/staleness_mean", deserialize_with = "nan_if_null")]
+    pub rollout_staleness_mean: f64,
+    #[serde(rename = "rollout/staleness_max")]
+    pub rollout_staleness_max: u64,
+    /// Responses dropped for being sampled more than `rollout.max_staleness` versions behind.
+    #[serde(rename = "rollout/dropped_stale")]
+    pub rollout_dropped_stale: u64,
     /// Fraction of response tokens whose importance weight `rollout.is_cap` cut (0 when off).
     #[serde(rename = "rollout/is_capped_frac", deserialize_with = "nan_if_null")]
     pub rollout_is_capped_frac: f64,

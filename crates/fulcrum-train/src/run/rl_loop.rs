@@ -92,8 +92,10 @@ pub fn rl_loop(
     } else {
         None
     };
+    // A LoRA policy pushes its adapter alone.
+    let lora = start.policy.model.lora().is_some();
     let mut lp = RlLoop {
-        engine: RolloutEngine::open(&cfg.rollout, run.dir, run.model)?,
+        engine: RolloutEngine::open(&cfg.rollout, run.dir, run.model, lora, main)?,
         run,
         ranks,
         on,

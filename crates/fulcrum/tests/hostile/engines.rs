@@ -315,7 +315,7 @@ fn sigterm_while_a_weight_push_hangs_stops_the_run_within_seconds() {
         run,
         &[
             "interrupted after GRPO step 0",
-            &format!("{} loading weights v0", fake.url),
+            &format!("{} asked to load weights v0", fake.url),
         ],
     );
 }

@@ -1,0 +1,3 @@
+//! Helpers shared by the slow test suites.
+
+pub mod llamacpp;
