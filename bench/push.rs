@@ -36,19 +36,10 @@ fn main() -> Result<()> {
         Model::load_hf(&model_path, Device::Cpu)?
     };
     if what.ends_with("-adapter") {
-        let targets = [
-            "q_proj",
-            "k_proj",
-            "v_proj",
-            "o_proj",
-            "gate_proj",
-            "up_proj",
-            "down_proj",
-        ];
         model.attach_lora(&fulcrum_model::LoraConfig {
             rank: 8,
             alpha: 16.0,
-            targets: targets.map(String::from).to_vec(),
+            targets: fulcrum_model::lora::TARGETS.map(String::from).to_vec(),
         })?;
     }
     // Ranks started together wait for one wall-clock instant, so their writes overlap as in a

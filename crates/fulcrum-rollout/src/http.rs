@@ -73,19 +73,19 @@ impl Http {
 
     /// `POST base+path` with a JSON body.
     pub fn post(&self, path: &str, body: &Value) -> Result<Reply> {
-        let url = format!("{}{}", self.base, path);
-        let bytes = serde_json::to_vec(body).map_err(|e| EngineError::Config(e.to_string()))?;
-        let resp = self
-            .agent
-            .post(&url)
-            .header("Content-Type", "application/json")
-            .send(&bytes[..]);
+        let (url, resp) = self.send_json(path, body)?;
         self.finish(&url, resp, self.timeout)
     }
 
     /// `POST base+path` with a JSON body, for a route that answers plain text on success
     /// (vLLM's `/v1/load_lora_adapter`): the reply's text.
     pub fn post_text(&self, path: &str, body: &Value) -> Result<String> {
+        let (url, resp) = self.send_json(path, body)?;
+        Ok(self.finish_text(&url, resp, self.timeout)?.0)
+    }
+
+    /// Sends `body` to `base+path`; returns the URL and what came back.
+    fn send_json(&self, path: &str, body: &Value) -> Result<(String, Sent)> {
         let url = format!("{}{}", self.base, path);
         let bytes = serde_json::to_vec(body).map_err(|e| EngineError::Config(e.to_string()))?;
         let resp = self
@@ -93,7 +93,7 @@ impl Http {
             .post(&url)
             .header("Content-Type", "application/json")
             .send(&bytes[..]);
-        Ok(self.finish_text(&url, resp, self.timeout)?.0)
+        Ok((url, resp))
     }
 
     /// `GET base+path`.
@@ -110,12 +110,7 @@ impl Http {
         self.finish(&url, resp, self.probe_timeout)
     }
 
-    fn finish(
-        &self,
-        url: &str,
-        resp: std::result::Result<ureq::http::Response<ureq::Body>, ureq::Error>,
-        limit: Duration,
-    ) -> Result<Reply> {
+    fn finish(&self, url: &str, resp: Sent, limit: Duration) -> Result<Reply> {
         let (text, weight_version) = self.finish_text(url, resp, limit)?;
         let json = serde_json::from_str(&text).map_err(|e| EngineError::Malformed {
             url: url.to_string(),
@@ -128,12 +123,7 @@ impl Http {
     }
 
     /// A reply's text and `X-Weight-Version`, or the error its status says.
-    fn finish_text(
-        &self,
-        url: &str,
-        resp: std::result::Result<ureq::http::Response<ureq::Body>, ureq::Error>,
-        limit: Duration,
-    ) -> Result<(String, Option<u64>)> {
+    fn finish_text(&self, url: &str, resp: Sent, limit: Duration) -> Result<(String, Option<u64>)> {
         let mut resp = resp.map_err(|e| transport_error(url, e, limit))?;
         let status = resp.status().as_u16();
         let weight_version = resp
@@ -169,6 +159,9 @@ impl Http {
         Ok((text, weight_version))
     }
 }
+
+/// What a request brought back, before its status is looked at.
+type Sent = std::result::Result<ureq::http::Response<ureq::Body>, ureq::Error>;
 
 /// A failure below HTTP: a timeout (after `limit`) or no connection.
 fn transport_error(url: &str, e: ureq::Error, limit: Duration) -> EngineError {

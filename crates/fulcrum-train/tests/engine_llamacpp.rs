@@ -11,7 +11,9 @@ mod common;
 use std::path::Path;
 
 use anyhow::{Context, Result};
-use common::llamacpp::{engine_sets, gguf, run_metrics, scratch, server_gone, Server};
+use common::llamacpp::{
+    engine_sets, gguf, pushed_files, run_metrics, scratch, server_gone, Server,
+};
 use fulcrum_model::save_gguf::GgufTemplate;
 use fulcrum_model::{GgufDtype, Message, Model};
 use fulcrum_rollout::{
@@ -169,17 +171,7 @@ fn an_adapter_push_is_followed_by_the_engine_for_a_fraction_of_the_bytes() -> Re
     let lora = fulcrum_model::LoraConfig {
         rank: 8,
         alpha: 16.0,
-        targets: [
-            "q_proj",
-            "k_proj",
-            "v_proj",
-            "o_proj",
-            "gate_proj",
-            "up_proj",
-            "down_proj",
-        ]
-        .map(String::from)
-        .to_vec(),
+        targets: fulcrum_model::lora::TARGETS.map(String::from).to_vec(),
     };
     model.attach_lora(&lora)?;
     // A trained adapter: B away from its zero start, enough to move the policy visibly.
@@ -276,10 +268,10 @@ fn grpo_trains_end_to_end_on_the_server_with_a_push_every_step() -> Result<()> {
         assert!(line["opt/steps"].as_u64() >= Some(1), "{line}");
     }
     // The engine holds the last pushed version, and only that version's file is kept.
-    let kept: Vec<_> = std::fs::read_dir(run.dir().join("engine-weights"))?
-        .filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned()))
-        .collect();
-    assert_eq!(kept, vec!["weights-v1.gguf".to_string()]);
+    assert_eq!(
+        pushed_files(run.dir())?,
+        vec!["weights-v1.gguf".to_string()]
+    );
     Ok(())
 }
 

@@ -10,7 +10,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context, Result};
-use llamacpp::{engine_sets, free_port, gguf, run_metrics, scratch, Server};
+use llamacpp::{engine_sets, free_port, gguf, pushed_files, run_metrics, scratch, Server};
 use serde_json::Value;
 
 /// `fulcrum train` of the short engine run, one libtorch thread per rank.
@@ -80,10 +80,7 @@ fn two_ranks_on_two_servers_train_the_run_one_rank_trains() -> Result<()> {
         assert_eq!(line["rollout/staleness_max"], 0, "{line}");
         assert!(field(line, "kl/engine") < 0.05, "{line}");
     }
-    let kept: Vec<_> = std::fs::read_dir(two.join("engine-weights"))?
-        .filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned()))
-        .collect();
-    assert_eq!(kept, vec!["weights-v1.gguf".to_string()]);
+    assert_eq!(pushed_files(&two)?, vec!["weights-v1.gguf".to_string()]);
     Ok(())
 }
 

@@ -114,6 +114,13 @@ pub fn run_metrics(dir: &Path) -> Result<Vec<serde_json::Value>> {
         .collect::<std::result::Result<_, _>>()?)
 }
 
+/// The files of a run's weight pushes still on disk (the last version's only, once it loaded).
+pub fn pushed_files(run_dir: &Path) -> Result<Vec<String>> {
+    Ok(std::fs::read_dir(run_dir.join("engine-weights"))?
+        .filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned()))
+        .collect())
+}
+
 /// The `--set` overrides of a short GRPO run of SmolLM2 on one-digit additions against the
 /// llama.cpp servers at `urls`.
 pub fn engine_sets(urls: &[&str], steps: u64) -> Result<Vec<String>> {
