@@ -94,6 +94,26 @@ impl KvCache {
         self.len += n;
     }
 
+    /// Room for `capacity` positions (more than now), the filled ones kept: a multi-turn
+    /// response's tool answers may outgrow the budget the cache was sized for.
+    pub fn grow(&mut self, capacity: i64) -> Result<()> {
+        if capacity <= self.capacity {
+            return Ok(());
+        }
+        for t in self.keys.iter_mut().chain(self.values.iter_mut()) {
+            let mut shape = t.size();
+            shape[2] = capacity;
+            let bigger = Tensor::f_zeros(&shape, (t.kind(), t.device()))
+                .ctx(|| format!("growing the KV cache to {capacity} positions"))?;
+            bigger
+                .narrow(2, 0, self.len)
+                .copy_(&t.narrow(2, 0, self.len));
+            *t = bigger;
+        }
+        self.capacity = capacity;
+        Ok(())
+    }
+
     /// Keep only the rows in `index` (an int64 tensor on the cache's device), in that order.
     /// Used both to drop finished rows and to replicate a prefilled prompt into G rows.
     pub fn select_rows(&mut self, index: &Tensor) -> Result<()> {

@@ -48,6 +48,7 @@ mod spec;
 mod tokenizer;
 mod torch_seed;
 mod transformer;
+pub mod turns;
 
 pub use chat_template::{ChatTemplate, Message};
 pub use config::{Arch, Field, ModelConfig};
@@ -57,7 +58,7 @@ pub use lora::{InvalidLora, LoraConfig};
 pub use model::Model;
 pub use prompt::{encode_within, PromptEncoder, PromptTokens};
 pub use runtime::{DeviceChoice, Dtype, Runtime};
-pub use sampler::{generate, Completion, Finish, SampleRequest, Sampling};
+pub use sampler::{generate, generate_turns, Completion, Finish, SampleRequest, Sampling};
 pub use save_gguf::GgufDtype;
 pub use spec::ModelSpec;
 pub use tokenizer::Tokenizer;

@@ -18,6 +18,7 @@ use crate::error::{ModelError, Result, TorchContext};
 use crate::kv_cache::KvCache;
 use crate::tokenizer::Tokenizer;
 use crate::transformer::{AttnMask, Transformer};
+use crate::turns::{feed_answers, Slots, Turns};
 use fulcrum_core::SplitMix64;
 
 /// How the next token is chosen.
@@ -95,8 +96,12 @@ pub enum Finish {
 pub struct Completion {
     pub prompt_index: usize,
     pub sample_index: usize,
+    /// The response: sampled tokens and, in a multi-turn response, the tools' answers.
     pub tokens: Vec<i64>,
+    /// Per token: its log-probability when sampled, 0 for a tool's token.
     pub logprobs: Vec<f32>,
+    /// Per token: whether a tool wrote it (empty: none did; see [`crate::turns`]).
+    pub tool: Vec<bool>,
     pub finish: Finish,
 }
 
@@ -177,9 +182,33 @@ pub fn generate(
     req: &SampleRequest,
     tokenizer: Option<&Tokenizer>,
 ) -> Result<Vec<Completion>> {
+    if !check(net, req, tokenizer)? {
+        return Ok(vec![]);
+    }
+    tch::no_grad(|| run(net, req, tokenizer, None))
+}
+
+/// [`generate`] with tool calls in the middle of a response ([`crate::turns`]): a row whose
+/// response completes a call waits for its answer, which is written after it (the KV cache is
+/// extended) before it samples on. `max_new_tokens` bounds each response, answers included: a
+/// row whose answer would reach it ends there, cut (`Finish::Length`).
+pub fn generate_turns(
+    net: &Transformer,
+    req: &SampleRequest,
+    tokenizer: Option<&Tokenizer>,
+    turns: &mut dyn Turns,
+) -> Result<Vec<Completion>> {
+    if !check(net, req, tokenizer)? {
+        return Ok(vec![]);
+    }
+    tch::no_grad(|| run(net, req, tokenizer, Some(turns)))
+}
+
+/// Refuses a request the sampler cannot serve; false when there is nothing to sample.
+fn check(net: &Transformer, req: &SampleRequest, tokenizer: Option<&Tokenizer>) -> Result<bool> {
     req.sampling.validate()?;
     if req.prompts.is_empty() || req.samples_per_prompt == 0 {
-        return Ok(vec![]);
+        return Ok(false);
     }
     if let Some(i) = req.prompts.iter().position(|p| p.is_empty()) {
         return Err(ModelError::Invalid(format!("prompt {i} is empty")));
@@ -209,13 +238,14 @@ pub fn generate(
     if !req.stop_strings.is_empty() && tokenizer.is_none() {
         return Err(ModelError::Invalid("stop strings need a tokenizer".into()));
     }
-    tch::no_grad(|| run(net, req, tokenizer))
+    Ok(true)
 }
 
 fn run(
     net: &Transformer,
     req: &SampleRequest,
     tokenizer: Option<&Tokenizer>,
+    mut turns: Option<&mut dyn Turns>,
 ) -> Result<Vec<Completion>> {
     let device = net.device();
     let n_prompts = req.prompts.len() as i64;
@@ -267,11 +297,15 @@ fn run(
     );
     cache.select_rows(&rows)?;
     logits = logits.index_select(0, &rows);
-    let mut pad = pad.index_select(0, &rows);
-    let mut key_valid = Tensor::arange(capacity, (Kind::Int64, device))
+    let pad = pad.index_select(0, &rows);
+    let key_valid = Tensor::arange(capacity, (Kind::Int64, device))
         .unsqueeze(0)
         .ge_tensor(&pad.unsqueeze(1));
-    let mut any_pad = any_pad;
+    let mut slots = Slots {
+        pad,
+        key_valid,
+        any_pad,
+    };
     let mut active: Vec<usize> = (0..(n_prompts * g) as usize).collect();
     let mut rngs: Vec<SplitMix64> = active
         .iter()
@@ -290,61 +324,148 @@ fn run(
             sample_index: r % g as usize,
             tokens: vec![],
             logprobs: vec![],
+            tool: vec![],
             finish: Finish::Length,
         })
         .collect();
 
-    // 4. Decode. `done[i]`: batch row i has finished but is still in the batch (see 5).
+    // 4. Decode. `done[i]`: batch row i has finished but is still in the batch (see 5);
+    // `waiting[i]`: it has completed a tool call and waits for its answer (see 6).
+    let max_new = req.max_new_tokens;
     let mut done = vec![false; active.len()];
-    for step in 0..req.max_new_tokens {
+    let mut waiting = vec![false; active.len()];
+    // `fresh[i]`: row i began waiting at this step: its last token (the end of its call) is
+    // its own and not in the cache yet.
+    let mut fresh = vec![false; active.len()];
+    if max_new == 0 {
+        return Ok(out);
+    }
+    loop {
         let (tokens, logp) = sample_next(&logits, req.sampling, &mut rngs)?;
         let tok_host = Vec::<i64>::try_from(&tokens).ctx(|| "reading sampled tokens".into())?;
         let logp_host = Vec::<f32>::try_from(&logp.to_kind(Kind::Float))
             .ctx(|| "reading log-probabilities".into())?;
         for (i, &row) in active.iter().enumerate() {
-            if done[i] {
+            if done[i] || waiting[i] {
                 continue;
             }
             let c = &mut out[row];
             c.tokens.push(tok_host[i]);
             c.logprobs.push(logp_host[i]);
+            if turns.is_some() {
+                c.tool.push(false);
+            }
             if req.stop_token_ids.contains(&tok_host[i]) {
                 c.finish = Finish::StopToken(tok_host[i]);
                 done[i] = true;
             } else if let Some(s) = stop_string_hit(tokenizer, &c.tokens, &req.stop_strings)? {
                 c.finish = Finish::StopString(s);
                 done[i] = true;
+            } else if c.tokens.len() >= max_new {
+                done[i] = true; // Finish::Length
+            } else if let Some(t) = turns.as_deref_mut() {
+                waiting[i] = t.call_ended(row, &c.tokens, &c.tool)?;
+                fresh[i] = waiting[i];
             }
         }
         let n_done = done.iter().filter(|&&d| d).count();
-        if n_done == active.len() || step + 1 == req.max_new_tokens {
+        let n_waiting = waiting.iter().filter(|&&w| w).count();
+        if n_done == active.len() {
             break;
+        }
+        let mut next = tokens;
+        if n_done + n_waiting == active.len() {
+            // 6. Every row has finished or waits: answer the calls, drop the finished rows,
+            // and write the answers into the cache (turns.rs).
+            let Some(t) = turns.as_deref_mut() else {
+                break;
+            };
+            let calls: Vec<(usize, &[i64])> = (0..active.len())
+                .filter(|&i| waiting[i])
+                .map(|i| (active[i], out[active[i]].tokens.as_slice()))
+                .collect();
+            let answers = t.respond(&calls)?;
+            let n_calls = calls.len();
+            let mut keep = Vec::new();
+            let mut fed = Vec::new();
+            for (k, i) in (0..active.len()).filter(|&i| waiting[i]).enumerate() {
+                let answer = answers.get(k).ok_or_else(|| {
+                    ModelError::Invalid(format!(
+                        "{} tool answers for {n_calls} calls",
+                        answers.len()
+                    ))
+                })?;
+                let c = &mut out[active[i]];
+                // An answer that would fill the budget ends the response before it, cut.
+                if answer.is_empty() || c.tokens.len() + answer.len() >= max_new {
+                    continue;
+                }
+                // The call's last token goes into the cache with the answer when it is not there.
+                let mut block = Vec::with_capacity(answer.len() + 1);
+                if fresh[i] {
+                    block.extend(c.tokens.last());
+                }
+                block.extend_from_slice(answer);
+                c.tokens.extend_from_slice(answer);
+                c.logprobs.extend(std::iter::repeat_n(0.0, answer.len()));
+                c.tool.extend(std::iter::repeat_n(true, answer.len()));
+                keep.push(i as i64);
+                fed.push(block);
+            }
+            if keep.is_empty() {
+                break;
+            }
+            let idx = Tensor::from_slice(&keep).to_device(device);
+            cache.select_rows(&idx)?;
+            slots.pad = slots.pad.index_select(0, &idx);
+            slots.key_valid = slots.key_valid.index_select(0, &idx);
+            active = keep.iter().map(|&i| active[i as usize]).collect();
+            rngs = keep.iter().map(|&i| rngs[i as usize].clone()).collect();
+            done = vec![false; active.len()];
+            waiting = vec![false; active.len()];
+            fresh = vec![false; active.len()];
+            logits = feed_answers(net, &mut cache, &mut slots, &fed)?;
+            continue;
         }
         // 5. Drop finished rows from the batch and the cache, once they are a quarter of it:
         // compacting copies the whole cache, so doing it for every finished row would cost
         // more than decoding a few dead rows (their tokens are ignored; each row has its own
         // random stream, so they do not disturb the others).
-        let mut next = tokens;
         if n_done * 4 >= active.len() {
             let keep: Vec<i64> = (0..active.len() as i64)
                 .filter(|&i| !done[i as usize])
                 .collect();
             let idx = Tensor::from_slice(&keep).to_device(device);
             cache.select_rows(&idx)?;
-            pad = pad.index_select(0, &idx);
-            key_valid = key_valid.index_select(0, &idx);
+            slots.pad = slots.pad.index_select(0, &idx);
+            slots.key_valid = slots.key_valid.index_select(0, &idx);
             next = next.index_select(0, &idx);
             active = keep.iter().map(|&i| active[i as usize]).collect();
             rngs = keep.iter().map(|&i| rngs[i as usize].clone()).collect();
+            waiting = keep.iter().map(|&i| waiting[i as usize]).collect();
+            fresh = keep.iter().map(|&i| fresh[i as usize]).collect();
             done = vec![false; active.len()];
-            any_pad = pad.max().int64_value(&[]) > 0;
+            slots.any_pad = slots.pad.max().int64_value(&[]) > 0;
         }
+        // A row that waits since an earlier step is fed a token it did not take: its slot is
+        // masked (a row that began waiting now is fed its own last token).
+        let idle: Vec<bool> = waiting.iter().zip(&fresh).map(|(&w, &f)| w && !f).collect();
+        fresh = vec![false; active.len()];
         let b = active.len() as i64;
         let len = cache.len();
-        let pos = (Tensor::full([b], len, (Kind::Int64, device)) - &pad).unsqueeze(1);
+        if len + 1 > cache.capacity() {
+            cache.grow(cache.capacity() + max_new as i64)?;
+            let more = Tensor::ones([b, max_new as i64], (Kind::Bool, device));
+            slots.key_valid = Tensor::cat(&[&slots.key_valid, &more], 1);
+        }
+        slots.mask_next(&cache, &idle)?;
+        let pos = (Tensor::full([b], len, (Kind::Int64, device)) - &slots.pad).unsqueeze(1);
         let step_mask;
-        let mask = if any_pad {
-            step_mask = key_valid.narrow(1, 0, len + 1).view([b, 1, 1, len + 1]);
+        let mask = if slots.any_pad {
+            step_mask = slots
+                .key_valid
+                .narrow(1, 0, len + 1)
+                .view([b, 1, 1, len + 1]);
             AttnMask::Explicit(&step_mask)
         } else {
             AttnMask::None

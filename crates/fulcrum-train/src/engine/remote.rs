@@ -283,6 +283,7 @@ impl RemoteEngine {
                     sample_index: g,
                     tokens: c.tokens,
                     logprobs: Vec::new(),
+                    tool: Vec::new(),
                     finish,
                 });
             }
