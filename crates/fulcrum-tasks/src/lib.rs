@@ -35,6 +35,7 @@ pub mod code;
 pub mod data;
 pub mod math;
 pub mod sandbox;
+pub mod tools;
 
 mod create;
 mod error;

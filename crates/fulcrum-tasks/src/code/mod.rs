@@ -185,6 +185,19 @@ impl CodeRunner {
         }
     }
 
+    /// The same sandbox (or refusal) with a wall-clock and CPU limit of `wall` per program.
+    pub fn with_wall(mut self, wall: std::time::Duration) -> Self {
+        self.config.wall = wall;
+        self.config.cpu_seconds = wall.as_secs().max(1);
+        self
+    }
+
+    /// Runs one program in the sandbox, at most [`CodeRunner::workers`] at a time; an error
+    /// only when the sandbox could not run it (or refuses every program).
+    pub fn run_program(&self, program: &str, stdin: &str) -> Result<RunOutput, String> {
+        self.run_bounded(program, stdin)
+    }
+
     fn run_bounded(&self, program: &str, stdin: &str) -> Result<RunOutput, String> {
         if let Some(why) = &self.refused {
             return Err(why.clone());
