@@ -153,7 +153,7 @@ fn main() -> Result<()> {
     for step in 0..warmup + steps {
         let t0 = std::time::Instant::now();
         let report = grpo_step(
-            &mut fulcrum_train::engine::RolloutEngine::Native,
+            &mut fulcrum_train::engine::RolloutEngine::Native(None),
             &mut policy,
             &mut ranks,
             &DigitSum,

@@ -13,6 +13,7 @@ use crate::jsonl_task::JsonlTask;
 use crate::sandbox::{sandbox_in_use, set_sandbox_choice, SandboxChoice, SandboxMode};
 use crate::synthetic::{Family, Knobs, Shape, SyntheticTask, VerboseLevels, DEFAULT_LOOP_LENGTH};
 use crate::task::{Split, Task};
+use crate::tools::{ToolFormat, ToolName};
 use crate::verify::{RewardMode, Verifier};
 
 /// The names [`create_task`] knows, besides the benchmark names of [`crate::data::registry`].
@@ -58,6 +59,37 @@ pub struct TaskConfig {
     /// `jsonl`: a prompt template applied to every record, `{problem}` standing for the
     /// record's prompt (e.g. an instruction to put the answer in `\boxed{}`); `None`: as is.
     pub template: Option<String>,
+    /// Tools the model may call in the middle of its response (`["python"]`, crate::tools);
+    /// empty: none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tools: Vec<ToolName>,
+    /// How the model calls them: `chat` (`<tool_call>` JSON, answered by a tool message) or
+    /// `code` (a fenced python block answered by a fenced output block).
+    #[serde(skip_serializing_if = "is_default_tool_format")]
+    pub tool_format: ToolFormat,
+    /// Wall-clock limit of one tool call, in seconds.
+    #[serde(skip_serializing_if = "is_default_tool_timeout")]
+    pub tool_timeout_s: f64,
+    /// Most characters of a tool's output the model sees (the rest is cut, saying so).
+    #[serde(skip_serializing_if = "is_default_tool_max_output")]
+    pub tool_max_output: usize,
+}
+
+/// `task.tool_timeout_s` by default: what a tool-integrated math call needs, with room.
+pub const DEFAULT_TOOL_TIMEOUT_S: f64 = 10.0;
+/// `task.tool_max_output` by default, in characters.
+pub const DEFAULT_TOOL_MAX_OUTPUT: usize = 2000;
+
+fn is_default_tool_format(f: &ToolFormat) -> bool {
+    *f == ToolFormat::Chat
+}
+
+fn is_default_tool_timeout(x: &f64) -> bool {
+    *x == DEFAULT_TOOL_TIMEOUT_S
+}
+
+fn is_default_tool_max_output(n: &usize) -> bool {
+    *n == DEFAULT_TOOL_MAX_OUTPUT
 }
 
 /// The defaults are the demo's (`fulcrum train` with no config): 3-digit additions whose
@@ -80,6 +112,10 @@ impl Default for TaskConfig {
             path: None,
             reward: RewardMode::ZeroOne,
             template: None,
+            tools: Vec::new(),
+            tool_format: ToolFormat::Chat,
+            tool_timeout_s: DEFAULT_TOOL_TIMEOUT_S,
+            tool_max_output: DEFAULT_TOOL_MAX_OUTPUT,
         }
     }
 }
@@ -123,6 +159,13 @@ impl FromStr for TaskConfig {
                 "loop_length" => cfg.loop_length = whole(k, v, LOOP_LENGTH)?,
                 "path" => cfg.path = Some(PathBuf::from(v)),
                 "reward" => cfg.reward = v.parse()?,
+                // One tool in the compact spelling (commas separate settings).
+                "tools" => cfg.tools = vec![v.parse().map_err(|e| bad(&format!("{e}")))?],
+                "tool_format" => cfg.tool_format = v.parse().map_err(|e| bad(&format!("{e}")))?,
+                "tool_timeout_s" => {
+                    cfg.tool_timeout_s = v.parse().map_err(|_| bad("not a number"))?
+                }
+                "tool_max_output" => cfg.tool_max_output = whole(k, v, TOOL_MAX_OUTPUT)?,
                 _ => {
                     return Err(TaskError::Setting {
                         key: k.to_string(),
@@ -162,7 +205,7 @@ fn whole<T: TryFrom<u64>>(key: &str, v: &str, range: std::ops::RangeInclusive<u6
 }
 
 /// The keys of the compact spelling, in the order the docs give them.
-pub const SETTING_KEYS: [&str; 10] = [
+pub const SETTING_KEYS: [&str; 14] = [
     "difficulty",
     "length",
     "mistake_rate",
@@ -173,7 +216,14 @@ pub const SETTING_KEYS: [&str; 10] = [
     "loop_length",
     "path",
     "reward",
+    "tools",
+    "tool_format",
+    "tool_timeout_s",
+    "tool_max_output",
 ];
+
+/// The range of `tool_max_output`: at least a line, at most a long file.
+const TOOL_MAX_OUTPUT: std::ops::RangeInclusive<u64> = 1..=1_000_000;
 
 fn is_zero(x: &f64) -> bool {
     *x == 0.0
@@ -229,6 +279,24 @@ impl TaskConfig {
         }
         if !(0.0..=4.0).contains(&self.length) {
             return bad("length", format!("{} is outside 0..=4", self.length));
+        }
+        // A tool call may take up to ten minutes: beyond that a rollout would stall the step.
+        if !(self.tool_timeout_s > 0.0 && self.tool_timeout_s <= 600.0) {
+            return bad(
+                "tool_timeout_s",
+                format!("{} is outside (0, 600] seconds", self.tool_timeout_s),
+            );
+        }
+        if !TOOL_MAX_OUTPUT.contains(&(self.tool_max_output as u64)) {
+            return bad(
+                "tool_max_output",
+                format!(
+                    "{} is outside {}..={} characters",
+                    self.tool_max_output,
+                    TOOL_MAX_OUTPUT.start(),
+                    TOOL_MAX_OUTPUT.end()
+                ),
+            );
         }
         if !(0.0..=1.0).contains(&self.mistake_rate) {
             return bad(

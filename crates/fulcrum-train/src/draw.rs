@@ -18,6 +18,7 @@ use crate::error::TrainError;
 use crate::ranks::Ranks;
 use crate::rollout::{Rollout, SampleSettings};
 use crate::score::{encode_prompts, sample_and_score, score_completions};
+use crate::tools::ToolStats;
 
 /// The groups one step trains on (design.md steps 1-3), with what drawing them took.
 pub struct Drawn {
@@ -34,6 +35,8 @@ pub struct Drawn {
     pub staleness_max: u64,
     /// Responses dropped for being sampled more than `rollout.max_staleness` versions behind.
     pub dropped_stale: u64,
+    /// What the tools did (every rank's calls).
+    pub tool: ToolStats,
 }
 
 /// Draws `prompts_per_step` prompts, samples `group_size` responses to each and scores them.
@@ -73,6 +76,7 @@ pub fn draw_groups(
         staleness_sum: 0,
         staleness_max: 0,
         dropped_stale: 0,
+        tool: ToolStats::default(),
     };
     let settings = |step: u64, draw: usize| SampleSettings {
         samples_per_prompt: r.group_size,
@@ -123,7 +127,9 @@ pub fn draw_groups(
                 let resume_at = data.position();
                 let examples = data.take(task, r.prompts_per_step)?;
                 let s = settings(next, 0);
-                let prompts = encode_prompts(model, &examples, s.max_prompt_len)?;
+                let system = engine.system_prompt();
+                let prompts =
+                    encode_prompts(model, &examples, s.max_prompt_len, system.as_deref())?;
                 engine.request_ahead(model, next, (examples, prompts), &s, resume_at)?;
             }
         }
@@ -143,6 +149,10 @@ pub fn draw_groups(
     }
     if r.dynamic_sampling {
         out.rollouts.truncate(r.prompts_per_step * r.group_size);
+    }
+    // Each rank ran the calls of its share.
+    for s in ranks.gather(vec![engine.take_tool_stats()], "tool statistics")? {
+        out.tool.add(s);
     }
     Ok(out)
 }
@@ -225,6 +235,7 @@ mod tests {
             reward: 0.0,
             correct: false,
             reason: String::new(),
+            tool_mask: Vec::new(),
         }
     }
 

@@ -358,7 +358,7 @@ fn sample_in_chunks(
             ..*base
         };
         let (r, _) = sample_and_score(
-            &mut RolloutEngine::Native,
+            &mut RolloutEngine::Native(None),
             model,
             task,
             &examples[start..end],

@@ -50,6 +50,7 @@ mod run_data;
 mod score;
 mod sft;
 pub mod step;
+pub mod tools;
 mod warmup;
 mod zero;
 

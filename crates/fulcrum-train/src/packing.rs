@@ -164,6 +164,10 @@ fn pack_layout(items: &[Item<'_>], device: Device, layout: Layout) -> Packed {
         // The response defines the positions; its old log-probabilities may still be missing
         // (engine rollouts before the trainer's forward fills them in) and count as 0 then.
         for j in 0..r.response_ids.len() {
+            // A tool's tokens are context: no loss, no old log-probability, no count.
+            if r.is_tool(j) {
+                continue;
+            }
             let pos = row * t1 + first + j;
             old[pos] = r.old_logprobs.get(j).copied().unwrap_or(0.0);
             adv[pos] = it.advantage as f32;
@@ -214,6 +218,7 @@ pub(crate) fn test_rollout(prompt: usize, resp: usize) -> Rollout {
         reward: 0.0,
         correct: false,
         reason: String::new(),
+        tool_mask: Vec::new(),
     }
 }
 
@@ -239,6 +244,30 @@ mod tests {
         assert_eq!(p.tokens, 3);
         let mask: Vec<f32> = Vec::try_from(p.mask.flatten(0, -1)).unwrap();
         assert_eq!(mask, vec![0.0, 1.0, 1.0, 1.0]);
+    }
+
+    #[test]
+    fn a_tools_tokens_are_context_with_no_loss_and_no_length() {
+        // Model, model, tool, tool, model: the tool's answer sits in the sequence (the model
+        // reads it) but carries no loss, and the response's length is its 3 own tokens.
+        let mut r = test_rollout(2, 5);
+        r.tool_mask = vec![false, false, true, true, false];
+        assert_eq!(r.model_len(), 3);
+        let items = [Item {
+            rollout: &r,
+            advantage: 1.0,
+            weight: 0.5,
+            active: true,
+            selected: None,
+        }];
+        let p = pack(&items, Device::Cpu);
+        assert_eq!(p.tokens, 3);
+        let ids: Vec<i64> = Vec::try_from(p.input_ids.flatten(0, -1)).unwrap();
+        assert_eq!(ids, vec![1, 2, 10, 11, 12, 13, 14]);
+        let mask: Vec<f32> = Vec::try_from(p.mask.flatten(0, -1)).unwrap();
+        assert_eq!(mask, vec![0.0, 1.0, 1.0, 0.0, 0.0, 1.0]);
+        let w: Vec<f32> = Vec::try_from(p.weights.flatten(0, -1)).unwrap();
+        assert_eq!(w, vec![0.0, 0.5, 0.5, 0.0, 0.0, 0.5]);
     }
 
     #[test]

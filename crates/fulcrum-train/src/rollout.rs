@@ -30,6 +30,22 @@ pub struct Rollout {
     pub reward: f64,
     pub correct: bool,
     pub reason: String,
+    /// Per response token: whether a tool wrote it (a multi-turn response, `tools.rs`); empty:
+    /// every token is the model's. Tool tokens are context: no loss, no length.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_mask: Vec<bool>,
+}
+
+impl Rollout {
+    /// Whether response token `j` was written by a tool.
+    pub fn is_tool(&self, j: usize) -> bool {
+        self.tool_mask.get(j).copied().unwrap_or(false)
+    }
+
+    /// The response's length for the aggregation rules: the model's own tokens.
+    pub fn model_len(&self) -> usize {
+        self.response_ids.len() - self.tool_mask.iter().filter(|&&t| t).count()
+    }
 }
 
 /// An engine's side of a rollout.

@@ -14,22 +14,53 @@ use crate::rollout::{Rollout, SampleSettings};
 
 /// Encodes a prompt the way the model expects it.
 pub fn encode_prompt(model: &Model, text: &str) -> Result<Vec<i64>, TrainError> {
+    encode_prompt_with(model, text, None)
+}
+
+/// [`encode_prompt`] after a system prompt (the tools' declaration), when there is one: a
+/// system message of the chat template, or the text before the prompt without one.
+pub fn encode_prompt_with(
+    model: &Model,
+    text: &str,
+    system: Option<&str>,
+) -> Result<Vec<i64>, TrainError> {
     let tok = model.tokenizer()?;
-    let rendered = match model.chat_template() {
-        Ok(t) => t.render(&[Message::user(text)], true),
-        Err(_) => text.to_string(),
+    let rendered = match (model.chat_template(), system) {
+        (Ok(t), Some(sys)) => t.render(&[Message::system(sys), Message::user(text)], true),
+        (Ok(t), None) => t.render(&[Message::user(text)], true),
+        (Err(_), Some(sys)) => format!("{sys}\n\n{text}"),
+        (Err(_), None) => text.to_string(),
     };
     Ok(tok.encode(&rendered)?)
 }
 
-/// Decodes a response for scoring, without the stop token that ended it.
+/// Decodes a response, without the stop token that ended it (a tool's answers included).
 pub fn decode_response(model: &Model, c: &Completion) -> Result<String, TrainError> {
     let tok = model.tokenizer()?;
-    let ids = match c.finish {
-        Finish::StopToken(_) => &c.tokens[..c.tokens.len().saturating_sub(1)],
-        _ => &c.tokens[..],
-    };
-    Ok(tok.decode(ids, false)?)
+    Ok(tok.decode(&c.tokens[..own_end(c)], false)?)
+}
+
+/// The text a response is scored on: the model's own tokens only, without the stop token (a
+/// number printed by a tool is not the model's answer).
+pub fn scored_text(model: &Model, c: &Completion) -> Result<String, TrainError> {
+    if !c.tool.contains(&true) {
+        return decode_response(model, c);
+    }
+    let own: Vec<i64> = c.tokens[..own_end(c)]
+        .iter()
+        .zip(&c.tool)
+        .filter(|(_, &t)| !t)
+        .map(|(&id, _)| id)
+        .collect();
+    Ok(model.tokenizer()?.decode(&own, false)?)
+}
+
+/// Where a response's text ends: before the stop token that ended it.
+fn own_end(c: &Completion) -> usize {
+    match c.finish {
+        Finish::StopToken(_) => c.tokens.len().saturating_sub(1),
+        _ => c.tokens.len(),
+    }
 }
 
 /// Samples `samples_per_prompt` responses for each example on `engine` and scores them. Groups
@@ -43,20 +74,23 @@ pub fn sample_and_score(
     s: &SampleSettings,
     first_group: usize,
 ) -> Result<(Vec<Rollout>, f64), TrainError> {
-    let prompts = encode_prompts(model, examples, s.max_prompt_len)?;
+    let system = engine.system_prompt();
+    let prompts = encode_prompts(model, examples, s.max_prompt_len, system.as_deref())?;
     let sampled = engine.sample(model, &prompts, s)?;
     score_completions(model, task, examples, &prompts, sampled, first_group)
 }
 
-/// Encodes every example's prompt; one longer than `max_prompt_len` tokens is an error.
+/// Encodes every example's prompt (after `system`, when given); one longer than
+/// `max_prompt_len` tokens is an error.
 pub fn encode_prompts(
     model: &Model,
     examples: &[Example],
     max_prompt_len: usize,
+    system: Option<&str>,
 ) -> Result<Vec<Vec<i64>>, TrainError> {
     let mut prompts = Vec::with_capacity(examples.len());
     for ex in examples {
-        let ids = encode_prompt(model, &ex.prompt)?;
+        let ids = encode_prompt_with(model, &ex.prompt, system)?;
         if ids.len() > max_prompt_len {
             return Err(TrainError::PromptTooLong {
                 example: ex.id.clone(),
@@ -87,11 +121,15 @@ pub fn score_completions(
         .iter()
         .map(|c| decode_response(model, c))
         .collect::<Result<_, _>>()?;
+    let scored: Vec<String> = completions
+        .iter()
+        .map(|c| scored_text(model, c))
+        .collect::<Result<_, _>>()?;
     // Scored together: code verifiers run their programs concurrently in the sandbox's pool.
     let t0 = std::time::Instant::now();
     let pairs: Vec<(&Example, &str)> = completions
         .iter()
-        .zip(&texts)
+        .zip(&scored)
         .map(|(c, t)| (&examples[c.prompt_index], t.as_str()))
         .collect();
     let scores = score_guarded(task, &pairs);
@@ -115,6 +153,7 @@ pub fn score_completions(
             reward: score.reward,
             correct: score.correct,
             reason: score.reason,
+            tool_mask: c.tool,
         });
     }
     Ok((out, secs))

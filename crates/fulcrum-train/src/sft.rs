@@ -89,6 +89,7 @@ pub fn run_sft(
                 reward: 0.0,
                 correct: false,
                 reason: String::new(),
+                tool_mask: Vec::new(),
             });
         }
         let tokens: usize = demos.iter().map(|d| d.response_ids.len()).sum();

@@ -83,10 +83,8 @@ pub fn grpo_step(
         .map(|x| x.reward - overlong_penalty(&cfg.rollout, x))
         .collect();
     let groups: Vec<usize> = rollouts.iter().map(|x| x.group).collect();
-    let lengths: Vec<i64> = rollouts
-        .iter()
-        .map(|x| x.response_ids.len() as i64)
-        .collect();
+    // Lengths count the model's own tokens (a tool's answers are context).
+    let lengths: Vec<i64> = rollouts.iter().map(|x| x.model_len() as i64).collect();
     let filter = cfg.rollout.overlong_filter;
     let loss_lengths: Vec<i64> = rollouts
         .iter()
@@ -254,7 +252,29 @@ fn step_metrics(
         rollout_staleness_max: drawn.staleness_max,
         rollout_dropped_stale: drawn.dropped_stale,
         rollout_is_capped_frac: check.is_capped_frac,
+        tool_calls_mean: rollouts.iter().map(|x| tool_calls(x) as f64).sum::<f64>() / n,
+        tool_errors: drawn.tool.errors as u64,
+        tool_timeouts: drawn.tool.timeouts as u64,
+        turns_mean: rollouts
+            .iter()
+            .map(|x| 1.0 + tool_calls(x) as f64)
+            .sum::<f64>()
+            / n,
+        len_model_tokens: rollouts.iter().map(|x| x.model_len() as f64).sum::<f64>() / n,
+        len_tool_tokens: rollouts
+            .iter()
+            .map(|x| (x.response_ids.len() - x.model_len()) as f64)
+            .sum::<f64>()
+            / n,
     }
+}
+
+/// The tool calls of a response: its runs of tool tokens (each answers one call).
+fn tool_calls(x: &Rollout) -> usize {
+    let m = &x.tool_mask;
+    (0..m.len())
+        .filter(|&j| m[j] && (j == 0 || !m[j - 1]))
+        .count()
 }
 
 /// The optimizer steps of one GRPO step: its rate, applied, skipped, the largest gradient norm.

@@ -108,6 +108,7 @@ fn rollouts() -> Vec<Rollout> {
                 reward: ((k + g) % 2) as f64,
                 correct: false,
                 reason: String::new(),
+                tool_mask: Vec::new(),
             });
         }
     }

@@ -214,6 +214,9 @@ pub struct RolloutConfig {
     /// are asked to free their memory during the update (vLLM's sleep mode, SGLang's
     /// `/release_memory_occupation`) and to take it back before sampling.
     pub colocate: bool,
+    /// Most tool calls in one response (`task.tools`); after that the model's calls are not
+    /// answered and it writes on.
+    pub max_turns: usize,
     /// Where weight pushes are written (`None`: `<run_dir>/engine-weights`); must be a path
     /// the engines can read.
     pub push_dir: Option<PathBuf>,
@@ -415,6 +418,7 @@ impl Default for RolloutConfig {
             overlap: false,
             max_staleness: 0,
             colocate: false,
+            max_turns: 4,
             push_dir: None,
             push_dtype: GgufDtype::F16,
         }

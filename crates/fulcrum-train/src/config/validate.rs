@@ -27,6 +27,9 @@ const MAX_SECONDS: u64 = 7 * 24 * 3600;
 
 /// `dist.bucket_mb`: 64 GiB, more than any one device's memory.
 const MAX_BUCKET_MB: usize = 65_536;
+/// Tool calls in one response: agentic RL recipes use a handful to a few dozen.
+const MAX_TURNS: usize = 64;
+const WHY_TURNS: &str = "more calls than any tool-use recipe makes in one response";
 /// Versions the engines may sample ahead: the async trainers that bound staleness (AReaL,
 /// prime-rl) use single digits; far beyond that the importance weights carry the update.
 const MAX_STALENESS: u64 = 64;
@@ -121,6 +124,23 @@ impl Config {
         if let Some(t) = &self.eval.task {
             task("eval.task", t)?;
         }
+        if !self.task.tools.is_empty() && self.rollout.engine != EngineKind::Native {
+            return fail(
+                "task.tools",
+                format!(
+                    "multi-turn rollouts with tools run on the native sampler only for now; \
+                     rollout.engine = \"{}\" is not built for them",
+                    self.rollout.engine
+                ),
+            );
+        }
+        count(
+            "rollout.max_turns",
+            self.rollout.max_turns,
+            1,
+            MAX_TURNS,
+            WHY_TURNS,
+        )?;
         Ok(())
     }
 

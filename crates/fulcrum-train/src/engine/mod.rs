@@ -46,6 +46,7 @@ use crate::error::TrainError;
 use crate::offpolicy::{check_engine_rollouts, EngineCheck};
 use crate::ranks::Ranks;
 use crate::rollout::{EngineSample, Rollout, SampleSettings};
+use crate::tools::{ToolSetup, ToolStats, ToolTurns};
 use ahead::{Ahead, AheadQueue};
 use push::PushFiles;
 use remote::RemoteEngine;
@@ -68,8 +69,9 @@ pub struct Prefetched {
 
 /// The rollout engine of a run, as this process sees it.
 pub enum RolloutEngine {
-    /// The trainer's own sampler: sampling log-probabilities are the trainer's.
-    Native,
+    /// The trainer's own sampler: sampling log-probabilities are the trainer's; with tools
+    /// (`task.tools`), multi-turn (`tools.rs`).
+    Native(Option<Box<ToolSetup>>),
     /// Engine servers, driven by this process.
     Remote {
         engines: Box<RemoteEngine>,
@@ -97,9 +99,10 @@ impl RolloutEngine {
         spec: &ModelSpec,
         lora: bool,
         drives: bool,
+        tools: Option<ToolSetup>,
     ) -> Result<Self, TrainError> {
         if r.engine == EngineKind::Native {
-            return Ok(RolloutEngine::Native);
+            return Ok(RolloutEngine::Native(tools.map(Box::new)));
         }
         let staleness = r.staleness();
         let push_dir = r
@@ -158,7 +161,7 @@ impl RolloutEngine {
     /// How many versions ahead of the trainer the engines sample (`rollout.max_staleness`).
     pub fn staleness(&self) -> u64 {
         match self {
-            RolloutEngine::Native => 0,
+            RolloutEngine::Native(_) => 0,
             RolloutEngine::Remote { staleness, .. }
             | RolloutEngine::Elsewhere { staleness, .. } => *staleness,
         }
@@ -176,7 +179,7 @@ impl RolloutEngine {
     ) -> Result<f64, TrainError> {
         let t0 = std::time::Instant::now();
         match self {
-            RolloutEngine::Native => return Ok(0.0),
+            RolloutEngine::Native(_) => return Ok(0.0),
             RolloutEngine::Remote {
                 engines,
                 push,
@@ -223,7 +226,7 @@ impl RolloutEngine {
     /// native sampler, all of them on the rank that drives the engines (none on the others).
     pub fn share(&self, ranks: &Ranks, n: usize) -> Range<usize> {
         match self {
-            RolloutEngine::Native => ranks.share(n),
+            RolloutEngine::Native(_) => ranks.share(n),
             RolloutEngine::Remote { .. } => 0..n,
             RolloutEngine::Elsewhere { .. } => n..n,
         }
@@ -242,7 +245,7 @@ impl RolloutEngine {
             return Ok(Sampled::default());
         }
         match self {
-            RolloutEngine::Native => {
+            RolloutEngine::Native(tools) => {
                 let req = SampleRequest {
                     first_prompt: s.first_prompt,
                     prompts: prompts.to_vec(),
@@ -254,7 +257,21 @@ impl RolloutEngine {
                     stop_strings: vec![],
                 };
                 let tok = model.tokenizer()?;
-                let completions = fulcrum_model::generate(model.net(), &req, Some(tok))?;
+                let completions = match tools.as_deref_mut() {
+                    None => fulcrum_model::generate(model.net(), &req, Some(tok))?,
+                    Some(setup) => {
+                        let mut turns =
+                            ToolTurns::new(model, &setup.task, &setup.runner, setup.max_turns)?;
+                        let out = fulcrum_model::generate_turns(
+                            model.net(),
+                            &req,
+                            Some(tok),
+                            &mut turns,
+                        )?;
+                        setup.stats.add(turns.stats);
+                        out
+                    }
+                };
                 let engine_side = vec![None; completions.len()];
                 Ok(Sampled {
                     completions,
@@ -273,7 +290,7 @@ impl RolloutEngine {
     /// The last step whose first draw was requested ahead.
     pub fn requested_until(&self) -> Option<u64> {
         match self {
-            RolloutEngine::Native => None,
+            RolloutEngine::Native(_) => None,
             RolloutEngine::Remote { ahead, .. } | RolloutEngine::Elsewhere { ahead, .. } => {
                 ahead.last_step()
             }
@@ -291,7 +308,7 @@ impl RolloutEngine {
         resume_at: DataPosition,
     ) -> Result<(), TrainError> {
         let (ticket, ahead) = match self {
-            RolloutEngine::Native => return Ok(()),
+            RolloutEngine::Native(_) => return Ok(()),
             RolloutEngine::Remote { engines, ahead, .. } => (
                 Some(engines.request(RemoteEngine::requests(model, &prompts, s))?),
                 ahead,
@@ -315,7 +332,7 @@ impl RolloutEngine {
         step: u64,
     ) -> Result<Option<Prefetched>, TrainError> {
         let (a, engines) = match self {
-            RolloutEngine::Native => return Ok(None),
+            RolloutEngine::Native(_) => return Ok(None),
             RolloutEngine::Remote { engines, ahead, .. } => (ahead.take(step), Some(engines)),
             RolloutEngine::Elsewhere { ahead, .. } => (ahead.take(step), None),
         };
@@ -345,8 +362,24 @@ impl RolloutEngine {
         trained_version: u64,
     ) -> Result<EngineCheck, TrainError> {
         match self {
-            RolloutEngine::Native => Ok(EngineCheck::default()),
+            RolloutEngine::Native(_) => Ok(EngineCheck::default()),
             _ => check_engine_rollouts(model, rollouts, fwd, is_cap, Some(trained_version)),
+        }
+    }
+
+    /// The system prompt that declares the tools to the model, when it has tools.
+    pub fn system_prompt(&self) -> Option<String> {
+        match self {
+            RolloutEngine::Native(Some(setup)) => Some(setup.system_prompt()),
+            _ => None,
+        }
+    }
+
+    /// What the tools did since the last call (on this rank).
+    pub fn take_tool_stats(&mut self) -> ToolStats {
+        match self {
+            RolloutEngine::Native(Some(setup)) => std::mem::take(&mut setup.stats),
+            _ => ToolStats::default(),
         }
     }
 
@@ -371,7 +404,7 @@ impl RolloutEngine {
     /// for a draw not yet trained on; `None`: the stream's own position.
     pub fn resume_position(&self) -> Option<DataPosition> {
         match self {
-            RolloutEngine::Native => None,
+            RolloutEngine::Native(_) => None,
             RolloutEngine::Remote { ahead, .. } | RolloutEngine::Elsewhere { ahead, .. } => {
                 ahead.resume_position()
             }

@@ -135,6 +135,24 @@ pub struct StepMetrics {
     /// Fraction of response tokens whose importance weight `rollout.is_cap` cut (0 when off).
     #[serde(rename = "rollout/is_capped_frac", deserialize_with = "nan_if_null")]
     pub rollout_is_capped_frac: f64,
+    /// Tool calls per response (`task.tools`; 0 without tools).
+    #[serde(rename = "tool/calls_mean", default, deserialize_with = "nan_if_null")]
+    pub tool_calls_mean: f64,
+    /// Calls answered with an error (malformed, crashed, refused, killed) and those that ran
+    /// past `task.tool_timeout_s`, over the step's draws.
+    #[serde(rename = "tool/errors", default)]
+    pub tool_errors: u64,
+    #[serde(rename = "tool/timeouts", default)]
+    pub tool_timeouts: u64,
+    /// Model turns per response (calls + 1).
+    #[serde(rename = "turns/mean", default, deserialize_with = "nan_if_null")]
+    pub turns_mean: f64,
+    /// Mean tokens per response written by the model (what every rule's length counts) and by
+    /// the tools (context, with no loss).
+    #[serde(rename = "len/model_tokens", default, deserialize_with = "nan_if_null")]
+    pub len_model_tokens: f64,
+    #[serde(rename = "len/tool_tokens", default, deserialize_with = "nan_if_null")]
+    pub len_tool_tokens: f64,
 }
 
 impl StepMetrics {

@@ -94,8 +94,9 @@ pub fn rl_loop(
     };
     // A LoRA policy pushes its adapter alone.
     let lora = start.policy.model.lora().is_some();
+    let tools = crate::tools::ToolSetup::for_task(&cfg.task, cfg.rollout.max_turns);
     let mut lp = RlLoop {
-        engine: RolloutEngine::open(&cfg.rollout, run.dir, run.model, lora, main)?,
+        engine: RolloutEngine::open(&cfg.rollout, run.dir, run.model, lora, main, tools)?,
         run,
         ranks,
         on,
