@@ -107,11 +107,19 @@ pub struct EvalSample {
     pub correct: bool,
     /// Why the verifier gave that reward.
     pub reason: String,
+    /// Tool calls the response made (`--tools`; 0 without tools).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub tool_calls: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 impl EvalSample {
     /// The scored response `r` to `example`.
     fn of(example: &Example, r: Rollout) -> EvalSample {
+        let tool_calls = r.tool_calls();
         EvalSample {
             id: example.id.clone(),
             prompt: example.prompt.clone(),
@@ -120,6 +128,7 @@ impl EvalSample {
             truncated: r.truncated,
             reward: r.reward,
             correct: r.correct,
+            tool_calls,
             reason: r.reason,
         }
     }
@@ -170,7 +179,11 @@ pub const EVAL_CHUNK: usize = 64;
 /// would, and `fulcrum eval` samples what the in-training evaluation of the same seed samples.
 /// (The same streams give the same tokens; only floating-point rounding can differ between
 /// batches of different composition, which at worst flips a near-tie.)
+///
+/// `engine` samples: the native sampler, with the task's tools when it has some
+/// ([`crate::tools::ToolSetup`]).
 pub fn sample_problems(
+    engine: &mut RolloutEngine,
     model: &Model,
     task: &dyn Task,
     examples: &[Example],
@@ -178,6 +191,7 @@ pub fn sample_problems(
     p: &ProblemSampling,
 ) -> Result<Vec<Vec<EvalSample>>, TrainError> {
     let rollouts = sample_in_chunks(
+        engine,
         model,
         task,
         examples,
@@ -224,6 +238,8 @@ pub struct ProblemMeasures {
     pub truncated: f64,
     /// Response tokens, all responses.
     pub tokens: usize,
+    /// Tool calls per response (0 without tools).
+    pub tool_calls_mean: f64,
 }
 
 /// Measures an evaluation from each problem's responses (`problems[i]`: problem i's n
@@ -265,7 +281,8 @@ pub fn measure_problems(
         avg_at_k: all.clone().filter(|s| s.correct).count() as f64 / responses,
         reward: all.clone().map(|s| s.reward).sum::<f64>() / responses,
         mean_len: tokens as f64 / responses,
-        truncated: all.filter(|s| s.truncated).count() as f64 / responses,
+        truncated: all.clone().filter(|s| s.truncated).count() as f64 / responses,
+        tool_calls_mean: all.map(|s| s.tool_calls as f64).sum::<f64>() / responses,
         tokens,
     })
 }
@@ -284,7 +301,9 @@ fn sample_and_measure(
         });
     }
     let t0 = std::time::Instant::now();
+    // The in-training evaluation samples without tools (not built for it yet).
     let rollouts = sample_in_chunks(
+        &mut RolloutEngine::Native(None),
         model,
         task,
         &examples,
@@ -330,6 +349,7 @@ fn sample_and_measure(
 /// signal ([`crate::stop_requested`]) is honoured before each chunk: the evaluation ends there
 /// with [`TrainError::Stopped`], and nothing of it is returned.
 fn sample_in_chunks(
+    engine: &mut RolloutEngine,
     model: &Model,
     task: &dyn Task,
     examples: &[Example],
@@ -357,14 +377,8 @@ fn sample_in_chunks(
             seed: mix(base.seed, chunk as u64),
             ..*base
         };
-        let (r, _) = sample_and_score(
-            &mut RolloutEngine::Native(None),
-            model,
-            task,
-            &examples[start..end],
-            &settings,
-            start,
-        )?;
+        let (r, _) =
+            sample_and_score(engine, model, task, &examples[start..end], &settings, start)?;
         rollouts.extend(r);
         start = end;
     }
@@ -400,6 +414,7 @@ mod tests {
             reward: if correct { 1.0 } else { 0.0 },
             correct,
             reason: String::new(),
+            tool_calls: 0,
         }
     }
 
@@ -473,7 +488,15 @@ mod tests {
         // Slices that start mid-chunk and one that straddles the chunk boundary.
         let mut pieces = Vec::new();
         for (a, b) in [(0, 5), (5, 60), (60, 70)] {
-            let got = sample_problems(&model, task.as_ref(), &examples[a..b], a, &p).unwrap();
+            let got = sample_problems(
+                &mut RolloutEngine::Native(None),
+                &model,
+                task.as_ref(),
+                &examples[a..b],
+                a,
+                &p,
+            )
+            .unwrap();
             assert_eq!(got.len(), b - a);
             assert!(got.iter().all(|s| s.len() == 2));
             pieces.extend(got.into_iter().flatten());
@@ -482,7 +505,15 @@ mod tests {
         assert_eq!(pieces, whole);
         // A different seed draws other responses (the comparison above can fail).
         let other = ProblemSampling { seed: 12, ..p };
-        let moved = sample_problems(&model, task.as_ref(), &examples[..5], 0, &other).unwrap();
+        let moved = sample_problems(
+            &mut RolloutEngine::Native(None),
+            &model,
+            task.as_ref(),
+            &examples[..5],
+            0,
+            &other,
+        )
+        .unwrap();
         let moved: Vec<EvalSample> = moved.into_iter().flatten().collect();
         assert_ne!(moved, whole[..10]);
     }

@@ -42,6 +42,14 @@ impl Rollout {
         self.tool_mask.get(j).copied().unwrap_or(false)
     }
 
+    /// The tool calls the response made: its runs of tool tokens (each answers one call).
+    pub fn tool_calls(&self) -> usize {
+        let m = &self.tool_mask;
+        (0..m.len())
+            .filter(|&j| m[j] && (j == 0 || !m[j - 1]))
+            .count()
+    }
+
     /// The response's length for the aggregation rules: the model's own tokens.
     pub fn model_len(&self) -> usize {
         self.response_ids.len() - self.tool_mask.iter().filter(|&&t| t).count()

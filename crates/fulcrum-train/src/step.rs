@@ -252,12 +252,12 @@ fn step_metrics(
         rollout_staleness_max: drawn.staleness_max,
         rollout_dropped_stale: drawn.dropped_stale,
         rollout_is_capped_frac: check.is_capped_frac,
-        tool_calls_mean: rollouts.iter().map(|x| tool_calls(x) as f64).sum::<f64>() / n,
+        tool_calls_mean: rollouts.iter().map(|x| x.tool_calls() as f64).sum::<f64>() / n,
         tool_errors: drawn.tool.errors as u64,
         tool_timeouts: drawn.tool.timeouts as u64,
         turns_mean: rollouts
             .iter()
-            .map(|x| 1.0 + tool_calls(x) as f64)
+            .map(|x| 1.0 + x.tool_calls() as f64)
             .sum::<f64>()
             / n,
         len_model_tokens: rollouts.iter().map(|x| x.model_len() as f64).sum::<f64>() / n,
@@ -267,14 +267,6 @@ fn step_metrics(
             .sum::<f64>()
             / n,
     }
-}
-
-/// The tool calls of a response: its runs of tool tokens (each answers one call).
-fn tool_calls(x: &Rollout) -> usize {
-    let m = &x.tool_mask;
-    (0..m.len())
-        .filter(|&j| m[j] && (j == 0 || !m[j - 1]))
-        .count()
 }
 
 /// The optimizer steps of one GRPO step: its rate, applied, skipped, the largest gradient norm.

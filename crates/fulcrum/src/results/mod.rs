@@ -32,6 +32,8 @@ pub struct EvalRow {
     pub seconds: f64,
     /// Tokens per second of the responses sampled in this run (0 when all were cached).
     pub tokens_per_s: f64,
+    /// The model had tools (`--tools`).
+    pub tools: bool,
 }
 
 /// The JSON `result` of one benchmark: the keys of earlier versions (`prompts`, `k`,
@@ -53,6 +55,9 @@ pub struct EvalResultJson {
     pub temperature: f64,
     pub max_new_tokens: usize,
     pub problems_cached: usize,
+    /// Tool calls per response, when the benchmark gave the model tools (`--tools`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_calls_mean: Option<f64>,
 }
 
 impl EvalRow {
@@ -83,6 +88,7 @@ impl EvalRow {
             temperature: self.temperature,
             max_new_tokens: self.max_new_tokens,
             problems_cached: self.problems_cached,
+            tool_calls_mean: self.tools.then_some(m.tool_calls_mean),
         }
     }
 

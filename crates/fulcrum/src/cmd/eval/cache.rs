@@ -249,6 +249,7 @@ mod tests {
                 reward: 0.0,
                 correct: false,
                 reason: String::new(),
+                tool_calls: 0,
             },
         }
     }

@@ -97,11 +97,39 @@ pub struct Args {
     /// then a line per batch is printed instead).
     #[arg(long)]
     pub quiet: bool,
+    /// A tool the model may call in the middle of its responses: `python` (a Python
+    /// interpreter in the code sandbox), as `task.tools` in training; the same as
+    /// `tools=python` in each --bench's settings.
+    #[arg(long)]
+    pub tools: Option<fulcrum_tasks::tools::ToolName>,
+    /// How the model calls the tool: `chat` (`<tool_call>` JSON) or `code` (a fenced python
+    /// block) [default: chat].
+    #[arg(long, requires = "tools")]
+    pub tool_format: Option<fulcrum_tasks::tools::ToolFormat>,
+    /// Most tool calls in one response (1 to 64).
+    #[arg(long, default_value_t = 4, requires = "tools", value_parser = bounded(1, 64))]
+    pub max_turns: usize,
+}
+
+/// `spec` with the --tools flags in its settings (`NAME:...,tools=python,tool_format=code`),
+/// so that the tools are part of the benchmark's name and of the samples file's key.
+fn with_tools(spec: &str, args: &Args) -> String {
+    let Some(tool) = args.tools else {
+        return spec.to_string();
+    };
+    let mut settings = vec![format!("tools={tool}")];
+    if let Some(f) = args.tool_format {
+        settings.push(format!("tool_format={f}"));
+    }
+    let sep = if spec.contains(':') { "," } else { ":" };
+    format!("{spec}{sep}{}", settings.join(","))
 }
 
 /// One benchmark ready to run.
 struct Bench {
     name: String,
+    /// The spec's settings (its tools among them).
+    config: TaskConfig,
     task: Box<dyn Task>,
     plan: BenchPlan,
     examples: Vec<Example>,
@@ -133,6 +161,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
     };
     // Tasks first: a bad spec, data file or flag is reported before a slow model load.
     let mut benches = Vec::new();
+    let specs: Vec<String> = specs.iter().map(|s| with_tools(s, &args)).collect();
     for name in &specs {
         let cfg: TaskConfig = name.parse().with_context(|| format!("--bench {name}"))?;
         let task = create_task(&cfg).with_context(|| format!("--bench {name}"))?;
@@ -145,6 +174,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
             .with_context(|| format!("--bench {name}"))?;
         benches.push(Bench {
             name: name.clone(),
+            config: cfg,
             task,
             plan,
             examples,
@@ -191,6 +221,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
     for (b, cache) in benches.iter().zip(cached) {
         let run = BenchRun {
             model: &model,
+            max_turns: args.max_turns,
             model_name: &model_name,
             seed: args.runtime.seed,
             batch_size: args.batch_size,
@@ -295,6 +326,8 @@ fn key<'a>(bench: &'a str, model: &'a str, plan: &BenchPlan, seed: u64) -> Key<'
 /// What every benchmark of one `fulcrum eval` shares.
 struct BenchRun<'a> {
     model: &'a Model,
+    /// Most tool calls in one response (`--max-turns`).
+    max_turns: usize,
     model_name: &'a str,
     seed: u64,
     batch_size: usize,
@@ -352,6 +385,9 @@ impl BenchRun<'_> {
         }
         pb.set_position((cached + skipped) as u64);
         pb.reset_eta();
+        // The native sampler, with the benchmark's tools when it has some.
+        let tools = fulcrum_train::tools::ToolSetup::for_task(&b.config, self.max_turns);
+        let mut engine = fulcrum_train::engine::RolloutEngine::Native(tools.map(Box::new));
         let sampling = ProblemSampling {
             n: plan.n,
             temperature: plan.temperature,
@@ -382,6 +418,7 @@ impl BenchRun<'_> {
                 }
                 let run_end = (i..end).find(|&k| skip(k)).unwrap_or(end);
                 let run = sample_problems(
+                    &mut engine,
                     self.model,
                     b.task.as_ref(),
                     &b.examples[i..run_end],
@@ -459,6 +496,7 @@ impl BenchRun<'_> {
             } else {
                 0.0
             },
+            tools: !b.config.tools.is_empty(),
         })
     }
 
