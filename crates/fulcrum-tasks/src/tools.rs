@@ -70,12 +70,14 @@ pub fn tool_instructions(format: ToolFormat) -> String {
                  <tools>\n{schema}\n</tools>\n\nFor each function call, return a json object \
                  with function name and arguments within <tool_call></tool_call> XML tags:\n\
                  <tool_call>\n{{\"name\": <function-name>, \"arguments\": <args-json-object>}}\n\
-                 </tool_call>"
+                 </tool_call>\n\nUse the python tool to compute what you need, then give the \
+                 final answer."
             )
         }
-        ToolFormat::Code => "You may run Python 3 code: write it in a ```python block and its \
-                             output (what it prints) comes back in an ```output block. Nothing \
-                             is kept between blocks. Give the final answer after the last block."
+        ToolFormat::Code => "Solve the problem with the help of Python 3 code: write code in a \
+                             ```python block and what it prints comes back in an ```output \
+                             block. Nothing is kept between blocks. Give the final answer after \
+                             the last block."
             .into(),
     }
 }
@@ -94,20 +96,32 @@ pub enum ToolCall {
 pub fn completed_call(format: ToolFormat, turn: &str) -> Option<ToolCall> {
     match format {
         ToolFormat::Chat => {
-            let body_end = turn.trim_end().strip_suffix(CALL_END)?;
-            let start = body_end.rfind(CALL_START)? + CALL_START.len();
-            Some(parse_chat_call(body_end[start..].trim()))
+            if let Some(body_end) = turn.trim_end().strip_suffix(CALL_END) {
+                let start = body_end.rfind(CALL_START)? + CALL_START.len();
+                return Some(parse_chat_call(body_end[start..].trim()));
+            }
+            // Small models often write the same JSON in a fenced json block instead of the
+            // tags: a call when it names a function and its arguments.
+            let body = fenced_block(turn, "```json")?;
+            let v: Value = serde_json::from_str(body.trim()).ok()?;
+            (v.get("name").is_some() && v.get("arguments").is_some())
+                .then(|| parse_chat_call(body.trim()))
         }
         ToolFormat::Code => {
-            let open = turn.rfind(CODE_OPEN)?;
-            let rest = &turn[open + CODE_OPEN.len()..];
-            // The block is closed by a fence on its own line after the code.
-            let close = rest.strip_suffix(FENCE)?;
-            let code = close.strip_suffix('\n')?;
-            let code = code.strip_prefix('\n').unwrap_or(code);
-            Some(ToolCall::Python(code.to_string()))
+            fenced_block(turn, CODE_OPEN).map(|code| ToolCall::Python(code.to_string()))
         }
     }
+}
+
+/// The body of the block opened by `open` (a fence with its language) that ends `turn`, closed
+/// by a fence on its own line.
+fn fenced_block<'a>(turn: &'a str, open: &str) -> Option<&'a str> {
+    // The closing fence's token often carries the newline after it.
+    let turn = turn.trim_end();
+    let at = turn.rfind(open)?;
+    let rest = &turn[at + open.len()..];
+    let body = rest.strip_suffix(FENCE)?.strip_suffix('\n')?;
+    Some(body.strip_prefix('\n').unwrap_or(body))
 }
 
 fn parse_chat_call(body: &str) -> ToolCall {
@@ -237,6 +251,17 @@ mod tests {
             completed_call(ToolFormat::Chat, &format!("{turn} so")),
             None
         );
+        // The same JSON in a fenced json block, as small models write it.
+        let fenced =
+            "```json\n{\"name\": \"python\", \"arguments\": {\"code\": \"print(3)\"}}\n```";
+        assert_eq!(
+            completed_call(ToolFormat::Chat, fenced),
+            Some(ToolCall::Python("print(3)".into()))
+        );
+        assert_eq!(
+            completed_call(ToolFormat::Chat, "```json\n{\"a\": 1}\n```"),
+            None
+        );
         // Arguments as a string, a wrong name, broken JSON: the model is told.
         let as_string = "<tool_call>{\"name\": \"python\", \"arguments\": \"{\\\"code\\\": \\\"print(1)\\\"}\"}</tool_call>";
         assert_eq!(
@@ -268,6 +293,11 @@ mod tests {
         assert_eq!(
             completed_call(ToolFormat::Code, "```python\nprint(1)\n``"),
             None
+        );
+        // The closing fence with its newline (one token in many vocabularies) ends the call.
+        assert_eq!(
+            completed_call(ToolFormat::Code, "```python\nprint(2)\n```\n"),
+            Some(ToolCall::Python("print(2)".into()))
         );
         assert_eq!(completed_call(ToolFormat::Code, "no code here ```"), None);
         // An empty block is a call too (it prints nothing).
