@@ -157,9 +157,37 @@ pub fn grpo_step(
         .iter()
         .step_by(cfg.rollout.group_size.max(1))
         .take(2)
-        .map(|x| json!({"step": step, "group": x.group, "reward": x.reward, "reason": x.reason, "response": x.text}))
+        .map(|x| {
+            let mut j = json!({"step": step, "group": x.group, "reward": x.reward, "reason": x.reason, "response": x.text});
+            if let Some(t) = turns(&policy.model, x) {
+                j["turns"] = t;
+            }
+            j
+        })
         .collect();
     Ok(StepReport { metrics, samples })
+}
+
+/// A multi-turn response as its turns: the model's and the tools' runs of tokens, each with
+/// its text and token count (a tool's tokens are masked from the loss); `None` without tools.
+fn turns(model: &fulcrum_model::Model, x: &Rollout) -> Option<serde_json::Value> {
+    if !x.tool_mask.contains(&true) {
+        return None;
+    }
+    let tok = model.tokenizer().ok()?;
+    let mut out = Vec::new();
+    let mut start = 0;
+    while start < x.response_ids.len() {
+        let tool = x.is_tool(start);
+        let end = (start..x.response_ids.len())
+            .find(|&j| x.is_tool(j) != tool)
+            .unwrap_or(x.response_ids.len());
+        let text = tok.decode(&x.response_ids[start..end], false).ok()?;
+        let role = if tool { "tool" } else { "model" };
+        out.push(json!({"role": role, "text": text, "tokens": end - start, "masked": tool}));
+        start = end;
+    }
+    Some(serde_json::Value::Array(out))
 }
 
 /// Wall-clock seconds of the step's phases (recorded, never reproducible).
