@@ -134,6 +134,16 @@ impl Config {
                 ),
             );
         }
+        if !self.task.tools.is_empty() && self.ppo.loss.uses_cov_selection() {
+            return fail(
+                "task.tools",
+                format!(
+                    "with ppo.loss = \"{}\" is not built: its covariance selection does not \
+                     yet skip the tools' tokens",
+                    self.ppo.loss
+                ),
+            );
+        }
         count(
             "rollout.max_turns",
             self.rollout.max_turns,
@@ -503,6 +513,21 @@ mod tests {
             (&["eval.temperature=-1.0"], "eval.temperature"),
             (&["task.difficulty=11"], "task.difficulty"),
             (&["task.mistake_rate=1.5"], "task.mistake_rate"),
+            (&["task.tool_timeout_s=0"], "task.tool_timeout_s"),
+            (&["task.tool_max_output=0"], "task.tool_max_output"),
+            (&["rollout.max_turns=0"], "rollout.max_turns"),
+            (
+                &[
+                    "task.tools=[\"python\"]",
+                    "rollout.engine=\"llamacpp\"",
+                    "rollout.engine_urls=[\"http://127.0.0.1:9\"]",
+                ],
+                "task.tools",
+            ),
+            (
+                &["task.tools=[\"python\"]", "ppo.loss=\"clip-cov\""],
+                "task.tools",
+            ),
             (
                 &["eval.task={ name = \"arithmetic\", loop_length = 2 }"],
                 "eval.task.loop_length",
