@@ -9,6 +9,7 @@ use crate::engine::RolloutEngine;
 use crate::error::TrainError;
 use crate::rollout::{Rollout, SampleSettings};
 use crate::score::sample_and_score;
+use crate::tools::ToolSetup;
 use fulcrum_core::rng::mix;
 
 /// Evaluation settings.
@@ -83,9 +84,15 @@ pub fn evaluate_configured(
     task: &dyn Task,
     cfg: &crate::Config,
 ) -> Result<EvalResult, TrainError> {
-    let mut result = evaluate(model, task, &EvalSettings::of(cfg))?;
+    // The held-out task's tools (`eval.task`, else the training task's): a run trained with
+    // tools is evaluated with them.
+    let tools_of = cfg.eval.task.as_ref().unwrap_or(&cfg.task);
+    let mut engine =
+        RolloutEngine::Native(ToolSetup::for_task(tools_of, cfg.rollout.max_turns).map(Box::new));
+    let s = EvalSettings::of(cfg);
+    let mut result = sample_and_measure(&mut engine, model, task, &s)?.0;
     if let Some(g) = EvalSettings::greedy_of(cfg) {
-        let greedy = evaluate(model, task, &g)?;
+        let greedy = sample_and_measure(&mut engine, model, task, &g)?.0;
         result.greedy_prompts = Some(greedy.prompts);
         result.greedy_accuracy = Some(greedy.accuracy);
         result.greedy_truncated = Some(greedy.truncated);
@@ -140,7 +147,8 @@ pub fn evaluate(
     task: &dyn Task,
     s: &EvalSettings,
 ) -> Result<EvalResult, TrainError> {
-    sample_and_measure(model, task, s).map(|(result, _, _)| result)
+    sample_and_measure(&mut RolloutEngine::Native(None), model, task, s)
+        .map(|(result, _, _)| result)
 }
 
 /// [`evaluate`], also returning every scored response in problem order.
@@ -149,7 +157,8 @@ pub fn evaluate_with_samples(
     task: &dyn Task,
     s: &EvalSettings,
 ) -> Result<(EvalResult, Vec<EvalSample>), TrainError> {
-    let (result, rollouts, examples) = sample_and_measure(model, task, s)?;
+    let (result, rollouts, examples) =
+        sample_and_measure(&mut RolloutEngine::Native(None), model, task, s)?;
     let samples = rollouts
         .into_iter()
         .map(|r| EvalSample::of(&examples[r.group], r))
@@ -289,6 +298,7 @@ pub fn measure_problems(
 
 /// Samples and scores the test examples; the measures, the rollouts and their examples.
 fn sample_and_measure(
+    engine: &mut RolloutEngine,
     model: &Model,
     task: &dyn Task,
     s: &EvalSettings,
@@ -301,9 +311,8 @@ fn sample_and_measure(
         });
     }
     let t0 = std::time::Instant::now();
-    // The in-training evaluation samples without tools (not built for it yet).
     let rollouts = sample_in_chunks(
-        &mut RolloutEngine::Native(None),
+        engine,
         model,
         task,
         &examples,
