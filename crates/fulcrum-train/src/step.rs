@@ -83,14 +83,7 @@ pub fn grpo_step(
         .map(|x| x.reward - overlong_penalty(&cfg.rollout, x))
         .collect();
     let groups: Vec<usize> = rollouts.iter().map(|x| x.group).collect();
-    // Lengths count the model's own tokens (a tool's answers are context).
-    let lengths: Vec<i64> = rollouts.iter().map(|x| x.model_len() as i64).collect();
-    let filter = cfg.rollout.overlong_filter;
-    let loss_lengths: Vec<i64> = rollouts
-        .iter()
-        .zip(&lengths)
-        .map(|(x, &l)| if filter && x.truncated { 0 } else { l })
-        .collect();
+    let (lengths, loss_lengths) = rule_lengths(rollouts, cfg.rollout.overlong_filter);
 
     // 4. Advantages per group.
     let adv = advantages::compute(cfg.advantage, &groups, &rewards, &lengths)?;
@@ -166,6 +159,19 @@ pub fn grpo_step(
         })
         .collect();
     Ok(StepReport { metrics, samples })
+}
+
+/// Each response's length as the rules see it, and the loss-masked one (0 for a truncated
+/// response under `overlong_filter`). A length counts the model's own tokens only: a tool's
+/// answers are context, so a multi-turn response weighs as its model tokens do under every rule.
+fn rule_lengths(rollouts: &[Rollout], overlong_filter: bool) -> (Vec<i64>, Vec<i64>) {
+    let lengths: Vec<i64> = rollouts.iter().map(|x| x.model_len() as i64).collect();
+    let loss = rollouts
+        .iter()
+        .zip(&lengths)
+        .map(|(x, &l)| if overlong_filter && x.truncated { 0 } else { l })
+        .collect();
+    (lengths, loss)
 }
 
 /// A multi-turn response as its turns: the model's and the tools' runs of tokens, each with
@@ -370,5 +376,53 @@ fn overlong_penalty(r: &RolloutConfig, x: &Rollout) -> f64 {
         0.0
     } else {
         r.overlong_penalty * ((len - start) as f64 / r.overlong_buffer as f64).min(1.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::packing::test_rollout;
+    use fulcrum_core::Rule;
+
+    #[test]
+    fn every_rule_weighs_a_multi_turn_response_by_its_model_tokens() {
+        // One group: a right answer of 3 model tokens around a 2-token tool answer, a wrong one
+        // of 1 model token after a 4-token answer. Both are 5 tokens long in the sequence.
+        let mut right = test_rollout(2, 5);
+        right.tool_mask = vec![false, true, true, false, false];
+        let mut wrong = test_rollout(2, 5);
+        wrong.tool_mask = vec![true, true, true, true, false];
+        let batch_of = |lengths: &[i64]| StepBatch::new(&[0, 0], lengths, &[1.0, -1.0]).unwrap();
+        let (lengths, loss) = rule_lengths(&[right, wrong], false);
+        assert_eq!((lengths.clone(), loss.clone()), (vec![3, 1], vec![3, 1]));
+        let params = RuleParams {
+            ba_count: Default::default(),
+            l_norm: 64.0,
+            ba_pos_scale: 1.0,
+        };
+        let ours = batch_of(&loss);
+        // By hand: token divides by the 4 model tokens; seq gives 1/(2 |o|).
+        assert_eq!(Rule::Token.weights(&ours, &params), vec![0.25, 0.25]);
+        let seq = Rule::Seq.weights(&ours, &params);
+        assert!(
+            (seq[0] - 1.0 / 6.0).abs() < 1e-12 && (seq[1] - 0.5).abs() < 1e-12,
+            "{seq:?}"
+        );
+        // Every rule is the rule on the model-token lengths, never on the 5-token sequences.
+        for &rule in Rule::ALL {
+            assert_eq!(
+                rule.weights(&ours, &params),
+                rule.weights(&batch_of(&[3, 1]), &params),
+                "{rule}"
+            );
+            if matches!(rule, Rule::Token | Rule::Seq | Rule::Ba) {
+                assert_ne!(
+                    rule.weights(&ours, &params),
+                    rule.weights(&batch_of(&[5, 5]), &params),
+                    "{rule}"
+                );
+            }
+        }
     }
 }
