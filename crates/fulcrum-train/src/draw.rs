@@ -150,9 +150,17 @@ pub fn draw_groups(
     if r.dynamic_sampling {
         out.rollouts.truncate(r.prompts_per_step * r.group_size);
     }
-    // Each rank ran the calls of its share.
-    for s in ranks.gather(vec![engine.take_tool_stats()], "tool statistics")? {
-        out.tool.add(s);
+    // Each rank ran the calls of its share (no exchange in a run without tools).
+    if engine.has_tools() {
+        let mine = engine.take_tool_stats();
+        let counts = [mine.calls, mine.errors, mine.timeouts].map(|n| n as f64);
+        if let [calls, errors, timeouts] = ranks.sum(&counts)?[..] {
+            out.tool = ToolStats {
+                calls: calls as usize,
+                errors: errors as usize,
+                timeouts: timeouts as usize,
+            };
+        }
     }
     Ok(out)
 }

@@ -40,12 +40,9 @@ pub fn decode_response(model: &Model, c: &Completion) -> Result<String, TrainErr
     Ok(tok.decode(&c.tokens[..own_end(c)], false)?)
 }
 
-/// The text a response is scored on: the model's own tokens only, without the stop token (a
+/// A multi-turn response's own text: the model's tokens only, without the stop token (a
 /// number printed by a tool is not the model's answer).
-pub fn scored_text(model: &Model, c: &Completion) -> Result<String, TrainError> {
-    if !c.tool.contains(&true) {
-        return decode_response(model, c);
-    }
+fn own_text(model: &Model, c: &Completion) -> Result<String, TrainError> {
     let own: Vec<i64> = c.tokens[..own_end(c)]
         .iter()
         .zip(&c.tool)
@@ -121,16 +118,22 @@ pub fn score_completions(
         .iter()
         .map(|c| decode_response(model, c))
         .collect::<Result<_, _>>()?;
-    let scored: Vec<String> = completions
+    // A multi-turn response is scored on the model's own text; any other on its text as is.
+    let scored: Vec<Option<String>> = completions
         .iter()
-        .map(|c| scored_text(model, c))
+        .map(|c| {
+            c.tool
+                .contains(&true)
+                .then(|| own_text(model, c))
+                .transpose()
+        })
         .collect::<Result<_, _>>()?;
     // Scored together: code verifiers run their programs concurrently in the sandbox's pool.
     let t0 = std::time::Instant::now();
     let pairs: Vec<(&Example, &str)> = completions
         .iter()
-        .zip(&scored)
-        .map(|(c, t)| (&examples[c.prompt_index], t.as_str()))
+        .zip(scored.iter().zip(&texts))
+        .map(|(c, (own, t))| (&examples[c.prompt_index], own.as_deref().unwrap_or(t)))
         .collect();
     let scores = score_guarded(task, &pairs);
     let secs = t0.elapsed().as_secs_f64();

@@ -17,7 +17,7 @@ use fulcrum_tasks::tools::{
 use fulcrum_tasks::TaskConfig;
 
 /// What the tools did in one sampling.
-#[derive(Debug, Default, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Default, Clone, Copy, PartialEq)]
 pub struct ToolStats {
     pub calls: usize,
     /// Calls answered with an error (malformed, crashed, refused, killed).
@@ -148,9 +148,18 @@ impl Turns for ToolTurns<'_> {
         if self.calls.get(&row).copied().unwrap_or(0) >= self.max_turns {
             return Ok(false);
         }
+        // Asked after every sampled token: decode the turn only when this token can end a
+        // call (the `>` of `</tool_call>`, a closing backtick). A token of only whitespace
+        // never does: the call it follows was seen at the token before.
+        let last = match tokens.last() {
+            Some(&t) => self.tokenizer.decode(&[t], false)?,
+            None => return Ok(false),
+        };
+        if !(last.contains('>') || last.contains('`')) {
+            return Ok(false);
+        }
         let start = tool.iter().rposition(|&t| t).map_or(0, |i| i + 1);
         let text = self.tokenizer.decode(&tokens[start..], false)?;
-        // Most tokens end no call: a cheap look at the end before parsing.
         let end = text.trim_end();
         if !(end.ends_with(CALL_END) || end.ends_with("```")) {
             return Ok(false);

@@ -218,7 +218,7 @@ impl RolloutEngine {
         if let RolloutEngine::Remote { engines, .. } = self {
             engines.release_memory()?;
         }
-        ranks.gather(Vec::<u8>::new(), "the engines' memory release")?;
+        ranks.barrier()?;
         Ok(t0.elapsed().as_secs_f64())
     }
 
@@ -373,6 +373,11 @@ impl RolloutEngine {
             RolloutEngine::Native(Some(setup)) => Some(setup.system_prompt()),
             _ => None,
         }
+    }
+
+    /// Whether responses may call tools (`task.tools`; the same on every rank).
+    pub fn has_tools(&self) -> bool {
+        matches!(self, RolloutEngine::Native(Some(_)))
     }
 
     /// What the tools did since the last call (on this rank).

@@ -95,7 +95,7 @@ impl PushFiles {
                 let mine: Vec<usize> = (ranks.rank() * per..(ranks.rank() + 1) * per).collect();
                 let shards = per * ranks.world();
                 model.save_merged_shards(&path, shards, &mine, ranks.is_main())?;
-                ranks.gather(Vec::<u8>::new(), "the shards of a weight push")?;
+                ranks.barrier()?;
             }
         }
         self.version = Some(version);
