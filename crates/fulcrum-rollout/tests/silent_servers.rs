@@ -2,8 +2,11 @@
 //! `PROBE_TIMEOUT` (not the request timeout) and names the server; a generation or a weight push
 //! to such a server is given up within a poll of the pool's cancel being set.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
+#[path = "common/http_request.rs"]
+mod http_request;
+
+use std::io::{Read, Write};
+use std::net::TcpListener;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -12,6 +15,7 @@ use fulcrum_rollout::{
     connect, Cancel, EngineError, EngineKind, EnginePool, GenerateRequest, PoolOptions,
     SamplingParams, WeightFiles, WeightFormat, CANCEL_POLL, PROBE_TIMEOUT,
 };
+use http_request::read_request;
 
 /// The generation timeout of these tests: the default of `rollout.engine_timeout_s`, so that a
 /// wait that is not cut short fails the test by its duration.
@@ -25,30 +29,6 @@ fn silent() -> (TcpListener, String) {
     (l, url)
 }
 
-/// Reads one request; returns its path.
-fn read_request(stream: &TcpStream) -> Option<String> {
-    let mut r = BufReader::new(stream);
-    let mut line = String::new();
-    r.read_line(&mut line).ok()?;
-    let path = line.split_whitespace().nth(1)?.to_string();
-    let mut length = 0usize;
-    loop {
-        let mut h = String::new();
-        r.read_line(&mut h).ok()?;
-        if h.trim().is_empty() {
-            break;
-        }
-        if let Some((k, v)) = h.split_once(':') {
-            if k.eq_ignore_ascii_case("content-length") {
-                length = v.trim().parse().ok()?;
-            }
-        }
-    }
-    let mut body = vec![0; length];
-    r.read_exact(&mut body).ok()?;
-    Some(path)
-}
-
 /// A server that answers the routes `answer` gives a JSON body for, and holds every other
 /// request without a word until the client goes away.
 fn serve(answer: fn(&str) -> Option<&'static str>) -> String {
@@ -58,7 +38,7 @@ fn serve(answer: fn(&str) -> Option<&'static str>) -> String {
         for stream in l.incoming().flatten() {
             std::thread::spawn(move || {
                 let mut stream = stream;
-                let Some(path) = read_request(&stream) else {
+                let Some(path) = read_request(&stream).map(|(path, _)| path) else {
                     return;
                 };
                 match answer(&path) {

@@ -8,8 +8,8 @@
 #[allow(unused_imports)]
 use super::*;
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::io::{Read, Write};
+use std::net::TcpListener;
 use std::process::{Child, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{channel, Receiver};
@@ -18,6 +18,10 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
+
+#[path = "../../../fulcrum-rollout/tests/common/http_request.rs"]
+mod http_request;
+use http_request::read_request;
 
 /// How long a silent server may hold a run up: the probe timeout (5 s) and start-up, with room
 /// for a loaded machine; far below the 600 s request timeout it used to wait.
@@ -105,30 +109,6 @@ impl Running {
         };
         (output, took)
     }
-}
-
-/// Reads one HTTP request; its path and JSON body (`Null` when it has none).
-fn read_request(stream: &TcpStream) -> Option<(String, Value)> {
-    let mut r = BufReader::new(stream);
-    let mut line = String::new();
-    r.read_line(&mut line).ok()?;
-    let path = line.split_whitespace().nth(1)?.to_string();
-    let mut length = 0usize;
-    loop {
-        let mut h = String::new();
-        r.read_line(&mut h).ok()?;
-        if h.trim().is_empty() {
-            break;
-        }
-        if let Some((k, v)) = h.split_once(':') {
-            if k.eq_ignore_ascii_case("content-length") {
-                length = v.trim().parse().ok()?;
-            }
-        }
-    }
-    let mut body = vec![0; length];
-    r.read_exact(&mut body).ok()?;
-    Some((path, serde_json::from_slice(&body).unwrap_or(Value::Null)))
 }
 
 /// What a fake engine does with a request: the JSON to answer, or `None` to hold it without a
