@@ -30,7 +30,7 @@ mod request;
 pub use cancel::{Cancel, CANCEL_POLL};
 pub use engines::{connect, EngineClient, EngineKind};
 pub use error::EngineError;
-pub use http::PROBE_TIMEOUT;
+pub use http::{Http, PROBE_TIMEOUT};
 pub use pool::{EnginePool, PoolOptions};
 pub use request::{
     EngineCompletion, FinishReason, GenerateRequest, SamplingParams, WeightFiles, WeightFormat,

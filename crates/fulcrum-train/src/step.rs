@@ -335,7 +335,9 @@ impl OptSummary {
 
 /// The step's Clip-Cov / KL-Cov token choice (`fulcrum_core::cov_selection`) from
 /// the sampling-time log-probabilities of every loss token, so that it is the same whatever the
-/// micro-batch size and rank count; empty for the other losses.
+/// micro-batch size and rank count; empty for the other losses. A tool's tokens are no loss
+/// tokens: the covariance is taken over the model's own tokens, and the choice is given back
+/// at their places in the response (a tool token is never chosen).
 fn cov_selection(
     ppo: &PpoConfig,
     seed: u64,
@@ -351,8 +353,10 @@ fn cov_selection(
         .iter()
         .zip(loss_lengths)
         .map(|(x, &l)| {
-            let n = (l.max(0) as usize).min(x.old_logprobs.len());
-            x.old_logprobs[..n].iter().map(|&v| v as f64).collect()
+            let own = (0..x.old_logprobs.len()).filter(|&j| !x.is_tool(j));
+            own.take(l.max(0) as usize)
+                .map(|j| f64::from(x.old_logprobs[j]))
+                .collect()
         })
         .collect();
     let inputs: Vec<CovInput<'_>> = logp
@@ -361,7 +365,20 @@ fn cov_selection(
         .map(|(logp, &adv)| CovInput { logp, adv })
         .collect();
     let mut rng = SplitMix64::derive(seed, "cov-selection", step);
-    cov_selection::cov_selection(ppo.loss, &inputs, &ppo.params, &mut rng)
+    let chosen = cov_selection::cov_selection(ppo.loss, &inputs, &ppo.params, &mut rng);
+    chosen
+        .into_iter()
+        .zip(rollouts)
+        .map(|(own, x)| {
+            if x.tool_mask.is_empty() {
+                return own;
+            }
+            let mut own = own.into_iter();
+            (0..x.response_ids.len())
+                .map(|j| !x.is_tool(j) && own.next().unwrap_or(false))
+                .collect()
+        })
+        .collect()
 }
 
 /// DAPO's soft overlong punishment: a linear penalty over the last `overlong_buffer` tokens
@@ -383,7 +400,7 @@ fn overlong_penalty(r: &RolloutConfig, x: &Rollout) -> f64 {
 mod tests {
     use super::*;
     use crate::packing::test_rollout;
-    use fulcrum_core::Rule;
+    use fulcrum_core::{PolicyLoss, Rule};
 
     #[test]
     fn every_rule_weighs_a_multi_turn_response_by_its_model_tokens() {
@@ -423,6 +440,54 @@ mod tests {
                     "{rule}"
                 );
             }
+        }
+    }
+
+    #[test]
+    fn clip_cov_and_kl_cov_choose_among_the_model_tokens_only() {
+        // Two responses with tool answers in their middles, and the same two with the tool
+        // tokens taken out: the choice is the same, at the model tokens' places.
+        let mut a = test_rollout(2, 6);
+        a.tool_mask = vec![false, true, true, false, false, false];
+        a.old_logprobs = vec![-0.1, 0.0, 0.0, -2.0, -0.3, -1.5];
+        let mut b = test_rollout(2, 5);
+        b.tool_mask = vec![false, false, true, true, false];
+        b.old_logprobs = vec![-1.2, -0.05, 0.0, 0.0, -0.7];
+        let own = |x: &Rollout| {
+            let mut y = x.clone();
+            let keep: Vec<usize> = (0..x.response_ids.len())
+                .filter(|&j| !x.is_tool(j))
+                .collect();
+            y.response_ids = keep.iter().map(|&j| x.response_ids[j]).collect();
+            y.old_logprobs = keep.iter().map(|&j| x.old_logprobs[j]).collect();
+            y.tool_mask = Vec::new();
+            y
+        };
+        let adv = [1.0, -1.0];
+        for loss in [PolicyLoss::ClipCov, PolicyLoss::KlCov] {
+            let mut ppo = PpoConfig {
+                loss,
+                ..PpoConfig::default()
+            };
+            ppo.params.kl_cov_frac = 0.5;
+            ppo.params.clip_cov_frac = 0.5;
+            ppo.params.clip_cov_lb = -10.0;
+            ppo.params.clip_cov_ub = 10.0;
+            let multi = [a.clone(), b.clone()];
+            let (_, loss_lengths) = rule_lengths(&multi, false);
+            let got = cov_selection(&ppo, 3, 1, &multi, &adv, &loss_lengths);
+            let plain = [own(&a), own(&b)];
+            let want = cov_selection(&ppo, 3, 1, &plain, &adv, &[4, 3]);
+            for (x, (g, w)) in multi.iter().zip(got.iter().zip(&want)) {
+                assert_eq!(g.len(), x.response_ids.len(), "{loss}");
+                let at_model: Vec<bool> = (0..g.len())
+                    .filter(|&j| !x.is_tool(j))
+                    .map(|j| g[j])
+                    .collect();
+                assert_eq!(&at_model, w, "{loss}");
+                assert!((0..g.len()).all(|j| !(x.is_tool(j) && g[j])), "{loss}");
+            }
+            assert!(got.iter().flatten().any(|&c| c), "{loss} chose something");
         }
     }
 }

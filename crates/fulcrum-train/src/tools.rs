@@ -6,6 +6,7 @@
 //! the sampler marks their tokens, and the step gives them no loss and no length.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use fulcrum_model::turns::Turns;
@@ -37,7 +38,8 @@ impl ToolStats {
 /// what the calls did since the step last asked.
 pub struct ToolSetup {
     pub task: TaskConfig,
-    pub runner: CodeRunner,
+    /// Shared with the thread that drives the engines, where calls are answered with engines.
+    pub runner: Arc<CodeRunner>,
     pub max_turns: usize,
     pub stats: ToolStats,
 }
@@ -53,7 +55,7 @@ impl ToolSetup {
         let wall = Duration::from_secs_f64(task.tool_timeout_s);
         Some(ToolSetup {
             task: task.clone(),
-            runner: CodeRunner::detect().with_wall(wall),
+            runner: Arc::new(CodeRunner::detect().with_wall(wall)),
             max_turns,
             stats: ToolStats::default(),
         })
@@ -89,10 +91,28 @@ impl<'a> ToolTurns<'a> {
         runner: &'a CodeRunner,
         max_turns: usize,
     ) -> fulcrum_model::Result<Self> {
-        Ok(ToolTurns {
+        Ok(Self::with(
+            model.tokenizer()?,
+            model.chat_template().ok(),
+            task,
+            runner,
+            max_turns,
+        ))
+    }
+
+    /// The same from the parts of a model: its tokenizer and, where it has one, its chat
+    /// template (a `chat`-format answer is rendered by it).
+    pub fn with(
+        tokenizer: &'a Tokenizer,
+        chat: Option<&'a ChatTemplate>,
+        task: &TaskConfig,
+        runner: &'a CodeRunner,
+        max_turns: usize,
+    ) -> Self {
+        ToolTurns {
             format: task.tool_format,
-            tokenizer: model.tokenizer()?,
-            chat: model.chat_template().ok(),
+            tokenizer,
+            chat,
             runner,
             timeout: Duration::from_secs_f64(task.tool_timeout_s),
             max_output: task.tool_max_output,
@@ -100,7 +120,7 @@ impl<'a> ToolTurns<'a> {
             pending: HashMap::new(),
             calls: HashMap::new(),
             stats: ToolStats::default(),
-        })
+        }
     }
 
     /// The text that answers `out`, as the model expects to read it.

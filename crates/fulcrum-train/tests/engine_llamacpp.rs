@@ -276,6 +276,53 @@ fn grpo_trains_end_to_end_on_the_server_with_a_push_every_step() -> Result<()> {
 }
 
 #[test]
+#[ignore = "slow: starts a llama.cpp server (run with --ignored)"]
+fn a_run_with_tools_trains_on_the_server_with_the_tool_metrics() -> Result<()> {
+    // The turn loop itself (cut after a call, the answer, the continuation's context) is tested
+    // on a scripted engine (engine/turns.rs); here the whole path runs on a real server, in the
+    // code format, whether or not the small model calls the tool.
+    let server = Server::start(&gguf()?)?;
+    let dir = scratch()?;
+    let mut sets = engine_sets(&[&server.url], 1)?;
+    sets.push(format!(
+        "run_dir={:?}",
+        dir.path().join("run").display().to_string()
+    ));
+    sets.extend(
+        [
+            "threads=2",
+            "task.tools=[\"python\"]",
+            "task.tool_format=\"code\"",
+            "rollout.max_turns=2",
+            "rollout.max_response_len=48",
+            "rollout.max_prompt_len=256",
+        ]
+        .map(String::from),
+    );
+    let cfg = fulcrum_train::Config::load(None, &sets)?;
+    let mut run = fulcrum_train::Run::create(&cfg)?;
+    run.train(&mut |_| {})?;
+    let m = run_metrics(run.dir())?;
+    assert_eq!(m.len(), 1);
+    let line = &m[0];
+    for key in [
+        "tool/calls_mean",
+        "turns/mean",
+        "len/model_tokens",
+        "len/tool_tokens",
+    ] {
+        assert!(line[key].as_f64().is_some(), "{key}: {line}");
+    }
+    assert!(line["turns/mean"].as_f64() >= Some(1.0), "{line}");
+    let kl = line["kl/engine"].as_f64().unwrap();
+    assert!(
+        kl.is_finite() && kl < 0.05,
+        "kl/engine over model tokens {kl}"
+    );
+    Ok(())
+}
+
+#[test]
 #[ignore = "slow: starts two llama.cpp servers (run with --ignored)"]
 fn a_run_survives_one_of_two_servers_dying_and_says_so() -> Result<()> {
     let path = gguf()?;

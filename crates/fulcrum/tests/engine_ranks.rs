@@ -174,7 +174,11 @@ fn a_killed_rank_stops_the_job_and_it_resumes_with_one_rank() -> Result<()> {
             &[&a.url],
             4,
             // Only the newest step checkpoint stays (1.6 GB each): the resume takes that one.
-            &["checkpoint_every=1", "checkpoint_keep=1", "dist.timeout_s=10"],
+            &[
+                "checkpoint_every=1",
+                "checkpoint_keep=1",
+                "dist.timeout_s=10",
+            ],
         )?;
         c.env("RANK", r.to_string())
             .env("WORLD_SIZE", "2")

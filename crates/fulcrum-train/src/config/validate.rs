@@ -124,26 +124,6 @@ impl Config {
         if let Some(t) = &self.eval.task {
             task("eval.task", t)?;
         }
-        if !self.task.tools.is_empty() && self.rollout.engine != EngineKind::Native {
-            return fail(
-                "task.tools",
-                format!(
-                    "multi-turn rollouts with tools run on the native sampler only for now; \
-                     rollout.engine = \"{}\" is not built for them",
-                    self.rollout.engine
-                ),
-            );
-        }
-        if !self.task.tools.is_empty() && self.ppo.loss.uses_cov_selection() {
-            return fail(
-                "task.tools",
-                format!(
-                    "with ppo.loss = \"{}\" is not built: its covariance selection does not \
-                     yet skip the tools' tokens",
-                    self.ppo.loss
-                ),
-            );
-        }
         count(
             "rollout.max_turns",
             self.rollout.max_turns,

@@ -50,18 +50,6 @@ fn every_check_names_exactly_the_key_at_fault() {
         (&["task.tool_max_output=0"], "task.tool_max_output"),
         (&["rollout.max_turns=0"], "rollout.max_turns"),
         (
-            &[
-                "task.tools=[\"python\"]",
-                "rollout.engine=\"llamacpp\"",
-                "rollout.engine_urls=[\"http://127.0.0.1:9\"]",
-            ],
-            "task.tools",
-        ),
-        (
-            &["task.tools=[\"python\"]", "ppo.loss=\"clip-cov\""],
-            "task.tools",
-        ),
-        (
             &["eval.task={ name = \"arithmetic\", loop_length = 2 }"],
             "eval.task.loop_length",
         ),

@@ -31,6 +31,7 @@
 mod ahead;
 mod push;
 mod remote;
+mod turns;
 
 use std::ops::Range;
 use std::path::Path;
@@ -50,6 +51,7 @@ use crate::tools::{ToolSetup, ToolStats, ToolTurns};
 use ahead::{Ahead, AheadQueue};
 use push::PushFiles;
 use remote::RemoteEngine;
+use turns::EngineTools;
 
 /// Completions in prompt order (stop token included), with what the engine said of each
 /// (`None` for the native sampler, whose log-probabilities are the trainer's).
@@ -72,12 +74,14 @@ pub enum RolloutEngine {
     /// The trainer's own sampler: sampling log-probabilities are the trainer's; with tools
     /// (`task.tools`), multi-turn (`tools.rs`).
     Native(Option<Box<ToolSetup>>),
-    /// Engine servers, driven by this process.
+    /// Engine servers, driven by this process; with tools, the calls are answered on the
+    /// thread that drives them, between turns (`turns.rs`).
     Remote {
         engines: Box<RemoteEngine>,
         push: PushFiles,
         ahead: AheadQueue,
         staleness: u64,
+        tools: Option<Box<ToolSetup>>,
     },
     /// Engine servers driven by rank 0 of this job: this rank samples nothing, writes its
     /// share of an HF push, and keeps the draws requested ahead in step with rank 0.
@@ -85,25 +89,28 @@ pub enum RolloutEngine {
         push: PushFiles,
         ahead: AheadQueue,
         staleness: u64,
+        tools: Option<Box<ToolSetup>>,
     },
 }
 
 impl RolloutEngine {
-    /// The engine `r` names. On the rank that drives them (`drives`), the servers are asked
-    /// whether they are up (a probe of a few seconds, [`fulcrum_rollout::PROBE_TIMEOUT`]: one
-    /// that does not answer is dropped with a warning naming it; none up is an error), and every
-    /// later wait on them ends soon after a SIGINT/SIGTERM ([`crate::stop_requested`]).
+    /// The engine `r` names for `policy` (loaded from `spec`; a LoRA policy pushes its
+    /// adapter alone). On the rank that drives them (`drives`), the servers are asked whether
+    /// they are up (a probe of a few seconds, [`fulcrum_rollout::PROBE_TIMEOUT`]: one that does
+    /// not answer is dropped with a warning naming it; none up is an error), and every later
+    /// wait on them ends soon after a SIGINT/SIGTERM ([`crate::stop_requested`]).
     pub fn open(
         r: &RolloutConfig,
         run_dir: &Path,
-        spec: &ModelSpec,
-        lora: bool,
+        (policy, spec): (&Model, &ModelSpec),
         drives: bool,
         tools: Option<ToolSetup>,
     ) -> Result<Self, TrainError> {
+        let tools = tools.map(Box::new);
         if r.engine == EngineKind::Native {
-            return Ok(RolloutEngine::Native(tools.map(Box::new)));
+            return Ok(RolloutEngine::Native(tools));
         }
+        let lora = policy.lora().is_some();
         let staleness = r.staleness();
         let push_dir = r
             .push_dir
@@ -121,6 +128,7 @@ impl RolloutEngine {
                 push: PushFiles::new(format, push_dir, r.push_dtype, None),
                 ahead: AheadQueue::default(),
                 staleness,
+                tools,
             });
         }
         let timeout = Duration::from_secs_f64(r.engine_timeout_s);
@@ -150,11 +158,16 @@ impl RolloutEngine {
                 .map(std::path::PathBuf::from)
                 .filter(|p| p.is_file()),
         };
+        let worker_tools = match &tools {
+            Some(setup) => Some(EngineTools::new(policy, setup)?),
+            None => None,
+        };
         Ok(RolloutEngine::Remote {
-            engines: Box::new(RemoteEngine::start(pool)),
+            engines: Box::new(RemoteEngine::start(pool, worker_tools)),
             push: PushFiles::new(format, push_dir, r.push_dtype, template),
             ahead: AheadQueue::default(),
             staleness,
+            tools,
         })
     }
 
@@ -367,23 +380,31 @@ impl RolloutEngine {
         }
     }
 
+    /// The run's tools (`task.tools`; the same on every rank).
+    fn tools(&self) -> Option<&ToolSetup> {
+        match self {
+            RolloutEngine::Native(tools)
+            | RolloutEngine::Remote { tools, .. }
+            | RolloutEngine::Elsewhere { tools, .. } => tools.as_deref(),
+        }
+    }
+
     /// The system prompt that declares the tools to the model, when it has tools.
     pub fn system_prompt(&self) -> Option<String> {
-        match self {
-            RolloutEngine::Native(Some(setup)) => Some(setup.system_prompt()),
-            _ => None,
-        }
+        self.tools().map(ToolSetup::system_prompt)
     }
 
     /// Whether responses may call tools (`task.tools`; the same on every rank).
     pub fn has_tools(&self) -> bool {
-        matches!(self, RolloutEngine::Native(Some(_)))
+        self.tools().is_some()
     }
 
-    /// What the tools did since the last call (on this rank).
+    /// What the tools did since the last call (on this rank: with engines, on the rank that
+    /// drives them, in the draws it collected).
     pub fn take_tool_stats(&mut self) -> ToolStats {
         match self {
             RolloutEngine::Native(Some(setup)) => std::mem::take(&mut setup.stats),
+            RolloutEngine::Remote { engines, .. } => engines.take_tool_stats(),
             _ => ToolStats::default(),
         }
     }

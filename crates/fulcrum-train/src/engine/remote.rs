@@ -22,12 +22,22 @@ use fulcrum_rollout::{
     WeightFiles, ADAPTER_NAME,
 };
 
+use super::turns::{self, EngineTools};
 use super::Sampled;
 use crate::error::TrainError;
 use crate::rollout::{EngineSample, SampleSettings};
+use crate::tools::ToolStats;
+
+/// One response of a draw: what the engines wrote and, in a multi-turn response, which of its
+/// tokens a tool wrote (empty: none did).
+#[derive(Debug, Clone)]
+pub(super) struct Response {
+    pub completion: EngineCompletion,
+    pub tool: Vec<bool>,
+}
 
 /// Completed groups, one list per request.
-pub(super) type Groups = Vec<Vec<EngineCompletion>>;
+pub(super) type Groups = Vec<Vec<Response>>;
 
 /// A job of the worker.
 enum Job {
@@ -49,7 +59,8 @@ enum Job {
 
 /// What the worker did with a job.
 enum Outcome {
-    Drawn(Result<Groups, EngineError>),
+    /// The groups and what their tools did.
+    Drawn(Result<(Groups, ToolStats), TrainError>),
     Pushed {
         version: u64,
         result: Result<(), EngineError>,
@@ -79,16 +90,19 @@ pub struct RemoteEngine {
     last_load_secs: f64,
     /// The engines' memory is released for the trainer's update (`rollout.colocate`).
     released: bool,
+    /// What the tools did in the draws collected since the last call.
+    tool_stats: ToolStats,
 }
 
 impl RemoteEngine {
-    /// Starts the worker on `pool` (already health-checked).
-    pub(super) fn start(pool: EnginePool) -> RemoteEngine {
+    /// Starts the worker on `pool` (already health-checked); with `tools`, its draws are
+    /// multi-turn (`turns.rs`).
+    pub(super) fn start(pool: EnginePool, tools: Option<EngineTools>) -> RemoteEngine {
         let (jobs, inbox) = channel::<Job>();
         let (outbox, done) = channel::<Done>();
         let worker = std::thread::Builder::new()
             .name("fulcrum-engines".into())
-            .spawn(move || work(pool, inbox, outbox));
+            .spawn(move || work(pool, tools, inbox, outbox));
         // A worker that cannot start leaves `done` without a sender: the first wait says so.
         let worker = worker.unwrap_or_else(|_| std::thread::spawn(|| {}));
         RemoteEngine {
@@ -101,7 +115,13 @@ impl RemoteEngine {
             files: VecDeque::new(),
             last_load_secs: 0.0,
             released: false,
+            tool_stats: ToolStats::default(),
         }
+    }
+
+    /// What the tools did in the draws collected since the last call.
+    pub(super) fn take_tool_stats(&mut self) -> ToolStats {
+        std::mem::take(&mut self.tool_stats)
     }
 
     /// Warnings since the last call (engines dropped, requests retried).
@@ -126,7 +146,11 @@ impl RemoteEngine {
     /// The groups of the draw `ticket`, once done.
     pub(super) fn collect(&mut self, ticket: u64) -> Result<Groups, TrainError> {
         match self.wait(ticket)?.outcome {
-            Outcome::Drawn(groups) => groups.map_err(stopped),
+            Outcome::Drawn(drawn) => {
+                let (groups, stats) = drawn?;
+                self.tool_stats.add(stats);
+                Ok(groups)
+            }
             _ => Err(TrainError::DrawPanicked),
         }
     }
@@ -262,7 +286,14 @@ impl RemoteEngine {
         let mut completions = Vec::new();
         let mut side = Vec::new();
         for (p, group) in groups.into_iter().enumerate() {
-            for (g, c) in group.into_iter().enumerate() {
+            for (
+                g,
+                Response {
+                    completion: c,
+                    tool,
+                },
+            ) in group.into_iter().enumerate()
+            {
                 if let Some(t) = c.tokens.iter().find(|&&t| t < 0 || t >= vocab) {
                     return Err(TrainError::ForeignTokens {
                         engine: c.engine,
@@ -283,7 +314,7 @@ impl RemoteEngine {
                     sample_index: g,
                     tokens: c.tokens,
                     logprobs: Vec::new(),
-                    tool: Vec::new(),
+                    tool,
                     finish,
                 });
             }
@@ -296,11 +327,11 @@ impl RemoteEngine {
 }
 
 /// The worker: runs each job on the pool in order, and says how it went.
-fn work(mut pool: EnginePool, jobs: Receiver<Job>, done: Sender<Done>) {
+fn work(mut pool: EnginePool, tools: Option<EngineTools>, jobs: Receiver<Job>, done: Sender<Done>) {
     for job in jobs {
         let t0 = Instant::now();
         let (id, outcome) = match job {
-            Job::Draw { id, reqs } => (id, Outcome::Drawn(pool.generate(&reqs))),
+            Job::Draw { id, reqs } => (id, Outcome::Drawn(draw(&mut pool, &reqs, &tools))),
             Job::Push {
                 id,
                 files,
@@ -328,10 +359,34 @@ fn work(mut pool: EnginePool, jobs: Receiver<Job>, done: Sender<Done>) {
     }
 }
 
+/// One draw: a request per group, and with tools the turns after it (`turns.rs`).
+fn draw(
+    pool: &mut EnginePool,
+    reqs: &[GenerateRequest],
+    tools: &Option<EngineTools>,
+) -> Result<(Groups, ToolStats), TrainError> {
+    if let Some(tools) = tools {
+        return turns::draw(pool, reqs, tools);
+    }
+    let groups = pool.generate(reqs).map_err(stopped)?;
+    let groups = groups
+        .into_iter()
+        .map(|g| {
+            g.into_iter()
+                .map(|completion| Response {
+                    completion,
+                    tool: Vec::new(),
+                })
+                .collect()
+        })
+        .collect();
+    Ok((groups, ToolStats::default()))
+}
+
 /// An engine failure as the trainer reports it: a wait cut short by a signal is
 /// [`TrainError::Stopped`] (the run loop checkpoints and says how to resume), anything else as
 /// it is.
-fn stopped(e: EngineError) -> TrainError {
+pub(super) fn stopped(e: EngineError) -> TrainError {
     match e {
         EngineError::Interrupted { waiting_on } => TrainError::Stopped {
             during: format!("waiting on {waiting_on}"),
@@ -347,12 +402,15 @@ mod tests {
     #[test]
     fn engine_tokens_outside_the_vocabulary_are_refused() {
         let model = Model::tiny(tch::Device::Cpu, 0).unwrap();
-        let c = |t: i64| fulcrum_rollout::EngineCompletion {
-            tokens: vec![1, t],
-            logprobs: vec![-1.0, -1.0],
-            finish: fulcrum_rollout::FinishReason::Length,
-            weight_version: None,
-            engine: "http://e".into(),
+        let c = |t: i64| Response {
+            completion: fulcrum_rollout::EngineCompletion {
+                tokens: vec![1, t],
+                logprobs: vec![-1.0, -1.0],
+                finish: fulcrum_rollout::FinishReason::Length,
+                weight_version: None,
+                engine: "http://e".into(),
+            },
+            tool: Vec::new(),
         };
         let done = RemoteEngine::completions(&model, vec![vec![c(2)]]).unwrap();
         assert_eq!(done.completions[0].tokens, vec![1, 2]);

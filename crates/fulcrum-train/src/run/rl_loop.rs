@@ -92,11 +92,10 @@ pub fn rl_loop(
     } else {
         None
     };
-    // A LoRA policy pushes its adapter alone.
-    let lora = start.policy.model.lora().is_some();
     let tools = crate::tools::ToolSetup::for_task(&cfg.task, cfg.rollout.max_turns);
+    let policy = (&start.policy.model, run.model);
     let mut lp = RlLoop {
-        engine: RolloutEngine::open(&cfg.rollout, run.dir, run.model, lora, main, tools)?,
+        engine: RolloutEngine::open(&cfg.rollout, run.dir, policy, main, tools)?,
         run,
         ranks,
         on,
