@@ -14,10 +14,12 @@ groups), so any micro-batch split of the batch gives the same loss and gradient.
 - `fulcrum_ba.torch.agg_loss(loss_mat, loss_mask, weights)`: `J` on the caller's torch;
 - `fulcrum_ba.trl.GRPOTrainer` and `fulcrum_ba.verl`: the trainer integrations.
 
-Sequences may be lists, tuples, numpy arrays or torch tensors; group ids ints or strings. Bad
-input raises `ValueError` naming the argument (and, for a name, listing the valid ones).
+Sequences may be lists, tuples, numpy arrays or torch tensors; group ids ints (Python or numpy) or
+strings. Bad input raises `ValueError` naming the argument (and, for a name, listing the valid
+ones). `fulcrum_ba.torch`, `.trl` and `.verl` are imported on first use.
 """
 
+import importlib
 import json
 
 from . import _core
@@ -78,6 +80,18 @@ def check_name(what, name):
     """Raises the `ValueError` that `weights` or `advantages` would for a bad `name` of `what`
     (`"rule"`, `"ba_count"` or `"estimator"`): the valid names, and the nearest one."""
     _core.check_name(what, name)
+
+
+# Imported on first use as `fulcrum_ba.NAME`: each imports its framework (torch, trl, verl), which
+# `import fulcrum_ba` must not, and `import fulcrum_ba.NAME` is not needed to reach them. Not in
+# `dir()`, so that introspection (`inspect.getmembers`) imports no framework.
+_SUBMODULES = ("torch", "trl", "verl")
+
+
+def __getattr__(name):
+    if name in _SUBMODULES:
+        return importlib.import_module(f".{name}", __name__)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 __all__ = ["BA_COUNTS", "ESTIMATORS", "RULES", "advantages", "analyze", "check_name", "weights"]

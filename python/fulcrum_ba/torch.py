@@ -11,7 +11,7 @@ import torch
 
 
 def agg_loss(loss_mat, loss_mask, weights):
-    """`sum_i weights[i] * sum_t loss_mask[i, t] * loss_mat[i, t]`, accumulated in float32.
+    """`sum_i weights[i] * sum_t loss_mask[i, t] * loss_mat[i, t]`, accumulated in at least float32.
 
     Args:
         loss_mat: `[batch, tokens]` per-token losses, any float dtype and device; differentiable.
@@ -21,7 +21,8 @@ def agg_loss(loss_mat, loss_mask, weights):
             A row with weight 0 contributes exactly 0.
 
     Returns:
-        A float32 scalar tensor on `loss_mat`'s device.
+        A scalar tensor on `loss_mat`'s device: float64 for a float64 `loss_mat`, float32 for
+        float32, float16 and bfloat16 (whose sums over thousands of tokens would lose the loss).
     """
     if not isinstance(loss_mat, torch.Tensor) or loss_mat.dim() != 2:
         got = (
@@ -34,11 +35,12 @@ def agg_loss(loss_mat, loss_mask, weights):
             f"loss_mask: expected a tensor of loss_mat's shape {tuple(loss_mat.shape)}, got {got}"
         )
     device = loss_mat.device
+    dtype = torch.promote_types(loss_mat.dtype, torch.float32)  # never below float32, never a downcast
     if isinstance(weights, torch.Tensor):
-        w = weights.detach().to(device=device, dtype=torch.float32)
+        w = weights.detach().to(device=device, dtype=dtype)
     else:
         try:
-            w = torch.as_tensor(weights, dtype=torch.float32, device=device)
+            w = torch.as_tensor(weights, dtype=dtype, device=device)
         except (TypeError, ValueError, RuntimeError) as e:
             raise ValueError(f"weights: expected one number per row of loss_mat: {e}") from None
     if w.dim() != 1 or w.shape[0] != loss_mat.shape[0]:
@@ -50,7 +52,7 @@ def agg_loss(loss_mat, loss_mask, weights):
         i = int(bad.nonzero()[0, 0])
         raise ValueError(f"weights[{i}]: value {w[i].item()} is not finite")
 
-    mask = loss_mask.to(device=device, dtype=torch.float32)
-    tokens = torch.where(mask != 0, loss_mat.float() * mask, torch.zeros((), device=device))
+    mask = loss_mask.to(device=device, dtype=dtype)
+    tokens = torch.where(mask != 0, loss_mat.to(dtype) * mask, torch.zeros((), device=device, dtype=dtype))
     per_row = tokens.sum(dim=-1)
-    return torch.where(w != 0, per_row * w, torch.zeros((), device=device)).sum()
+    return torch.where(w != 0, per_row * w, torch.zeros((), device=device, dtype=dtype)).sum()

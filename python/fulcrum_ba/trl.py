@@ -28,6 +28,14 @@ At every generation batch the spec's diagnostics go into TRL's metrics under ful
 `mass_ratio/RULE` and `len_weight_corr/RULE` for every rule, `len/mean`, `len/cv`, `len/pos_mean`,
 `len/neg_mean`, `len/gap`, `len/gap_rel`, `groups/mixed`, `groups/all_correct`, `groups/all_wrong`.
 A TRL `loss_type` (`dapo`, `grpo`, ...) passes through unchanged, still with these diagnostics.
+
+Rewards TRL accepts never stop training here. The diagnostics read a reward only for its side
+(correct: `> 0`); TRL's advantages are always finite (its `nan_to_num`), so the weights and the fold
+never see a reward. An `inf` reward counts by its sign (TRL itself gives its group advantage 0). An
+unscored completion (combined reward NaN, as when every reward function returned None; TRL leaves
+it out of its baseline and gives it advantage 0) is left out of the group counts: `groups/*` are
+fractions of the groups with at least one scored completion, each judged on its scored ones
+(undefined, NaN, which TRL's log leaves out of its average, when no completion is scored).
 """
 
 import torch
@@ -39,6 +47,8 @@ import fulcrum_ba
 TRL_LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo", "vespo")
 # The TRL loss whose normalisation the folded advantages are made for (see the module doc).
 _CARRIER_LOSS = "dapo"
+
+_GROUP_MIX_KEYS = ("frac_mixed", "frac_all_correct", "frac_all_wrong")
 
 _LENGTH_KEYS = {
     "len_mean": "len/mean",
@@ -63,6 +73,21 @@ def _check_loss_type(loss_type):
 
 def _metric(x):
     return float("nan") if x is None else float(x)
+
+
+def _scored_group_mix(groups, rewards, lengths, advantages, scored):
+    """`frac_mixed`, `frac_all_correct`, `frac_all_wrong` of the scored completions only: the
+    groups with at least one, each judged on those (None when no completion is scored)."""
+    keep = [i for i, ok in enumerate(scored) if ok]
+    if not keep:
+        return dict.fromkeys(_GROUP_MIX_KEYS)
+    report = fulcrum_ba.analyze(
+        [groups[i] for i in keep],
+        [rewards[i] for i in keep],
+        [lengths[i] for i in keep],
+        advantages=[advantages[i] for i in keep],
+    )
+    return {key: report["diagnostics"][key] for key in _GROUP_MIX_KEYS}
 
 
 class GRPOTrainer(trl.GRPOTrainer):
@@ -107,14 +132,17 @@ class GRPOTrainer(trl.GRPOTrainer):
         all_advantages = self.accelerator.gather(advantages).tolist()
         num_generations = self.num_generations if mode == "train" else self.num_generations_eval
         groups = [i // num_generations for i in range(len(all_advantages))]
+        rewards, scored = self._combined_rewards(len(all_advantages))
         report = fulcrum_ba.analyze(
             groups,
-            self._combined_rewards(len(all_advantages)),
+            rewards,
             lengths,
             advantages=all_advantages,
             ba_count=self.fulcrum_ba_count,
             l_norm=float(self.max_completion_length),
         )
+        if not all(scored):
+            report["diagnostics"].update(_scored_group_mix(groups, rewards, lengths, all_advantages, scored))
         self._log_diagnostics(mode, report)
         if self.fulcrum_rule is not None:
             local = slice(
@@ -128,17 +156,21 @@ class GRPOTrainer(trl.GRPOTrainer):
         return out
 
     def _combined_rewards(self, n):
-        """The scalar reward per completion as TRL combines it (weighted nansum); unscorable rows,
-        whose advantage TRL sets to 0, count as 0."""
+        """`(rewards, scored)`: the scalar reward per completion as TRL combines it (weighted
+        nansum, NaN where every reward function returned None), made finite for fulcrum-core, and
+        whether it is scored. Only the side of a reward is read (`> 0`), so `+-inf` become the
+        largest finite floats and an unscored reward a placeholder 0 that `_scored_group_mix`
+        leaves out."""
         per_func = self._fulcrum_rewards_per_func
         if per_func is None or per_func.shape[0] != n:
             raise ValueError(
                 f"rewards: expected {n} gathered rewards from TRL, got {None if per_func is None else per_func.shape[0]}"
             )
         weights = self.reward_weights.to(per_func.device).unsqueeze(0)
-        rewards = (per_func * weights).nansum(dim=1)
-        rewards[torch.isnan(per_func).all(dim=1)] = 0.0
-        return rewards.tolist()
+        rewards = (per_func * weights).nansum(dim=1)  # in TRL's dtype, so NaN where TRL's is
+        rewards[torch.isnan(per_func).all(dim=1)] = float("nan")
+        scored = ~torch.isnan(rewards)
+        return torch.nan_to_num(rewards.double(), nan=0.0).tolist(), scored.tolist()
 
     def _log_diagnostics(self, mode, report):
         metrics = self._metrics[mode]

@@ -3,9 +3,12 @@
 //! panic.
 //!
 //! A sequence is a list, a tuple, any other iterable, or anything with `tolist()` (numpy arrays,
-//! torch tensors), which is called first so that numpy scalars become plain Python numbers.
+//! torch tensors), which is called first so that numpy scalars become plain Python numbers. Its
+//! items may still be numpy scalars (`list(np.arange(4) // 2)`): an integer is anything with
+//! `__index__` (Python's own test for "is an integer", which numpy's integer scalars pass), and a
+//! bool is never a number of tokens or a group id, though Python counts `True` as an `int`.
 
-use pyo3::exceptions::PyValueError;
+use pyo3::exceptions::{PyOverflowError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyFloat, PyInt, PyString};
 
@@ -26,6 +29,28 @@ fn type_name(obj: &Bound<'_, PyAny>) -> String {
         .name()
         .map(|n| n.to_string())
         .unwrap_or_else(|_| "object".to_string())
+}
+
+/// Python's `bool` or numpy's (`numpy.bool`, `numpy.bool_` before numpy 2), which is no `int`
+/// subclass but converts to a float.
+fn is_bool(obj: &Bound<'_, PyAny>) -> bool {
+    obj.is_instance_of::<PyBool>() || matches!(type_name(obj).as_str(), "bool" | "bool_")
+}
+
+/// `Some(n)` for an integer that is not a bool (a Python `int`, a numpy integer scalar), `None`
+/// for anything else; `what` names the value in the out-of-range error.
+fn integer(item: &Bound<'_, PyAny>, what: &str) -> PyResult<Option<i64>> {
+    if is_bool(item) || !(item.is_instance_of::<PyInt>() || item.hasattr("__index__")?) {
+        return Ok(None);
+    }
+    match item.extract::<i64>() {
+        Ok(n) => Ok(Some(n)),
+        Err(e) if e.is_instance_of::<PyOverflowError>(item.py()) => {
+            Err(value_error(format!("{what} out of the i64 range")))
+        }
+        // An `__index__` that refuses (a float torch scalar): not an integer.
+        Err(_) => Ok(None),
+    }
 }
 
 /// The items of the sequence `obj`, passed as argument `arg`.
@@ -49,23 +74,21 @@ fn items<'py>(obj: &Bound<'py, PyAny>, arg: &str) -> PyResult<Vec<Bound<'py, PyA
     iter.collect()
 }
 
-/// Group ids: each an `int` or a `str`.
+/// Group ids: each an integer (Python or numpy, the same id for the same value) or a `str`.
 pub fn group_ids(obj: &Bound<'_, PyAny>, arg: &str) -> PyResult<Vec<GroupId>> {
     items(obj, arg)?
         .iter()
         .enumerate()
         .map(|(i, item)| {
             if item.is_instance_of::<PyString>() {
-                Ok(GroupId::Str(item.extract::<String>()?))
-            } else if item.is_instance_of::<PyInt>() && !item.is_instance_of::<PyBool>() {
-                item.extract::<i64>().map(GroupId::Int).map_err(|_| {
-                    value_error(format!("{arg}[{i}]: integer group id out of the i64 range"))
-                })
-            } else {
-                Err(value_error(format!(
+                return Ok(GroupId::Str(item.extract::<String>()?));
+            }
+            match integer(item, &format!("{arg}[{i}]: integer group id"))? {
+                Some(id) => Ok(GroupId::Int(id)),
+                None => Err(value_error(format!(
                     "{arg}[{i}]: expected an int or str group id, got {}",
                     type_name(item)
-                )))
+                ))),
             }
         })
         .collect()
@@ -93,19 +116,21 @@ pub fn floats(obj: &Bound<'_, PyAny>, arg: &str) -> PyResult<Vec<f64>> {
         .collect()
 }
 
-/// Token counts: integers, or floats with no fractional part (`mask.sum(-1)` of a float mask).
-/// Negative counts are refused by fulcrum-core.
+/// Token counts: integers (Python or numpy), or floats with no fractional part (`mask.sum(-1)`
+/// of a float mask; numpy's float scalars too). Negative counts are refused by fulcrum-core.
 pub fn lengths(obj: &Bound<'_, PyAny>, arg: &str) -> PyResult<Vec<i64>> {
     items(obj, arg)?
         .iter()
         .enumerate()
         .map(|(i, item)| {
-            if item.is_instance_of::<PyInt>() && !item.is_instance_of::<PyBool>() {
-                return item
-                    .extract::<i64>()
-                    .map_err(|_| value_error(format!("{arg}[{i}]: token count out of range")));
+            if let Some(n) = integer(item, &format!("{arg}[{i}]: token count"))? {
+                return Ok(n);
             }
-            if item.is_instance_of::<PyFloat>() {
+            let float_like = item.is_instance_of::<PyFloat>()
+                || (!is_bool(item)
+                    && !item.is_instance_of::<PyString>()
+                    && item.hasattr("__float__")?);
+            if float_like {
                 let x: f64 = item.extract()?;
                 if x.is_finite() && x.fract() == 0.0 && x.abs() < 9.0e15 {
                     return Ok(x as i64);

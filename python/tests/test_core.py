@@ -109,6 +109,34 @@ def test_ba_gives_one_token_weight_per_sign_subset():
     assert len({seq[i] for i in range(6) if adv[i] > 0}) == 3
 
 
+@pytest.mark.parametrize("ba_count", fulcrum_ba.BA_COUNTS)
+@pytest.mark.parametrize("rule", fulcrum_ba.RULES)
+def test_a_zero_length_response_counts_in_no_rule_but_its_group_counts_in_m(rule, ba_count):
+    """An empty (fully masked) response is in none of S, P_g, N_g, n+-_g, T+-_g, W_g, whatever
+    its advantage: adding one changes no other weight, bit for bit. A group of empty responses
+    is still one of the M groups: it dilutes `ba` and `token-group`."""
+    groups, adv, lengths = [0, 0, 0, 0, 1, 1], [1.0, -1.0, 0.5, -0.5, 1.0, -1.0], [4, 6, 10, 20, 3, 5]
+    kw = dict(rule=rule, ba_count=ba_count, l_norm=32.0)
+    base = fulcrum_ba.weights(groups, adv, lengths, **kw)
+    for a in (2.0, -2.0, 0.0):
+        w = fulcrum_ba.weights(groups + [0], adv + [a], lengths + [0], **kw)
+        assert w == base + [0.0], a
+    w = fulcrum_ba.weights(groups + [7, 7], adv + [1.0, -1.0], lengths + [0, 0], **kw)
+    assert w[-2:] == [0.0, 0.0]
+    if rule in ("ba", "token-group"):  # 1/M: M = 3 groups now, not 2
+        assert w[:-2] == pytest.approx([x * 2 / 3 for x in base], rel=1e-14)
+    else:
+        assert w[:-2] == base
+
+
+def test_a_zero_length_responses_reward_still_enters_its_groups_advantages():
+    with_empty = fulcrum_ba.advantages([0, 0, 0], [1, 0, 0], [5, 5, 0])
+    assert with_empty == fulcrum_ba.advantages([0, 0, 0], [1, 0, 0])  # lengths read by opo only
+    assert with_empty[:2] != fulcrum_ba.advantages([0, 0], [1, 0])
+    # opo's baseline is length-weighted: there an empty response's reward has no say.
+    assert fulcrum_ba.advantages([0, 0, 0], [1, 0, 1], [5, 5, 0], estimator="opo")[:2] == [0.5, -0.5]
+
+
 def test_group_ids_ints_and_strings_are_distinct_groups():
     w = fulcrum_ba.weights([1, "1"], [1.0, -1.0], [2, 6], rule="token-group")
     assert w == [1 / 4, 1 / 12]  # two groups of one response: 1 / (M * sum_g L)
@@ -121,6 +149,25 @@ def test_lengths_may_be_integral_floats_and_tensors():
     mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 1.0, 1.0]])
     w = fulcrum_ba.weights(torch.tensor([0, 0]), torch.tensor([1.0, -1.0]), mask.sum(-1), rule="token")
     assert w == [0.2, 0.2]
+
+
+def test_numpy_integer_scalars_are_group_ids_and_lengths():
+    """`list(array)` holds numpy scalars, not Python ints: they are the same ids and counts."""
+    groups, lengths = list(np.arange(4) // 2), list(np.array([3, 5, 2, 7], dtype=np.uint16))
+    assert type(groups[0]) is np.int64 and type(lengths[0]) is np.uint16
+    adv = fulcrum_ba.advantages(groups, [1.0, 0.0, 0.0, 1.0])
+    assert adv == fulcrum_ba.advantages([0, 0, 1, 1], [1.0, 0.0, 0.0, 1.0])
+    for rule in fulcrum_ba.RULES:
+        want = fulcrum_ba.weights([0, 0, 1, 1], adv, [3, 5, 2, 7], rule=rule)
+        assert fulcrum_ba.weights(groups, adv, lengths, rule=rule) == want, rule
+        assert fulcrum_ba.weights(tuple(groups), np.array(adv), np.array(lengths), rule=rule) == want
+    # A numpy id is the Python int of the same value: one group, not two.
+    assert fulcrum_ba.weights([np.int32(1), 1], [1.0, -1.0], [2, 6], rule="token-group") == [1 / 8, 1 / 8]
+    # Integral numpy floats are token counts, as Python floats are (a float mask's sum).
+    lengths_f32 = list(np.array([3, 5, 2, 7], dtype=np.float32))
+    assert fulcrum_ba.weights(groups, adv, lengths_f32) == fulcrum_ba.weights(groups, adv, lengths)
+    report = fulcrum_ba.analyze(groups, np.array([1, 0, 0, 1]), lengths)
+    assert report == fulcrum_ba.analyze([0, 0, 1, 1], [1, 0, 0, 1], [3, 5, 2, 7])
 
 
 @pytest.mark.parametrize(
@@ -159,6 +206,42 @@ def test_lengths_may_be_integral_floats_and_tensors():
         (
             lambda: fulcrum_ba.weights([0, 0.5], [1.0, -1.0], [3, 4]),
             "group_ids[1]: expected an int or str group id, got float",
+        ),
+        (
+            lambda: fulcrum_ba.weights([0, True], [1.0, -1.0], [3, 4]),
+            "group_ids[1]: expected an int or str group id, got bool",
+        ),
+        (
+            lambda: fulcrum_ba.weights([0, np.bool_(True)], [1.0, -1.0], [3, 4]),
+            "group_ids[1]: expected an int or str group id, got bool",
+        ),
+        (
+            lambda: fulcrum_ba.weights([0, np.float64(1.0)], [1.0, -1.0], [3, 4]),
+            "group_ids[1]: expected an int or str group id, got float64",
+        ),
+        (
+            lambda: fulcrum_ba.weights([0, np.uint64(2**63)], [1.0, -1.0], [3, 4]),
+            "group_ids[1]: integer group id out of the i64 range",
+        ),
+        (
+            lambda: fulcrum_ba.weights([0, 0], [1.0, -1.0], [3, True]),
+            "lengths[1]: expected an integer token count, got bool",
+        ),
+        (
+            lambda: fulcrum_ba.weights([0, 0], [1.0, -1.0], [3, np.bool_(False)]),
+            "lengths[1]: expected an integer token count, got bool",
+        ),
+        (
+            lambda: fulcrum_ba.weights([0, 0], [1.0, -1.0], [np.int64(3), np.float32(4.5)]),
+            "lengths[1]: expected an integer token count, got 4.5",
+        ),
+        (
+            lambda: fulcrum_ba.weights([0, 0], [1.0, -1.0], [np.int64(3), np.int8(-4)]),
+            "lengths[1]: negative length -4",
+        ),
+        (
+            lambda: fulcrum_ba.weights([0, 0], [1.0, -1.0], [3, "4"]),
+            "lengths[1]: expected an integer token count, got str",
         ),
         (
             lambda: fulcrum_ba.weights([0, 0], [1.0, "x"], [3, 4]),

@@ -2,6 +2,8 @@
 
 import json
 import random
+import subprocess
+import sys
 
 import fulcrum_ba
 import pytest
@@ -31,11 +33,12 @@ def test_reproduces_the_spec_losses():
             w = fulcrum_ba.weights(
                 case["groups"], adv, lengths, rule=rule, ba_count=count or "group", l_norm=case["l_norm"]
             )
-            got = agg_loss(loss_mat, mask, w).item()
-            # float32 accumulation: the spec's 1e-9 is for f64. Positive and negative terms
-            # cancel, so the error is relative to the sum of their magnitudes.
+            got = agg_loss(loss_mat, mask, w)
+            assert got.dtype == torch.float64  # float64 in, float64 maths: the spec's tolerance
+            # Positive and negative terms cancel: the error is relative to their magnitudes.
             scale = sum(wi * sum(abs(x) for x in row) for wi, row in zip(w, token_loss))
-            assert abs(got - expected["loss"]) <= 1e-6 * scale + 1e-12, f"{case['name']} {key}"
+            err = abs(got.item() - expected["loss"])
+            assert err <= doc["tolerance"] * scale + 1e-15, f"{case['name']} {key}"
 
 
 def random_split(n, rng):
@@ -87,6 +90,28 @@ def test_bf16_loss_accumulates_in_fp32():
     assert loss.grad.dtype == torch.bfloat16
 
 
+def test_float64_loss_is_not_downcast():
+    """At least float32, not at most: 1 + 1e-12 per token is lost in float32, kept in float64."""
+    loss = torch.full((4, 1000), 1.0 + 1e-12, dtype=torch.float64, requires_grad=True)
+    mask = torch.ones(4, 1000, dtype=torch.bool)
+    w = torch.tensor([0.1, 0.2, 0.3, 0.4], dtype=torch.float64)
+    got = agg_loss(loss, mask, w)
+    assert got.dtype == torch.float64
+    assert got.item() == pytest.approx(1000 * (1.0 + 1e-12), rel=1e-14)
+    assert got.item() != agg_loss(loss.detach().float(), mask, w).item()  # float32 cannot hold the 1e-12
+    got.backward()
+    assert loss.grad.dtype == torch.float64
+    torch.testing.assert_close(loss.grad, w[:, None].expand(4, 1000), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+def test_low_precision_loss_accumulates_in_float32(dtype):
+    # 4096 ones: float16 and bfloat16 could not count past 2048 and 256 by ones.
+    loss = torch.ones(2, 4096, dtype=dtype)
+    got = agg_loss(loss, torch.ones(2, 4096), [1.0, 1.0])
+    assert got.dtype == torch.float32 and got.item() == 8192.0
+
+
 def test_zero_weight_rows_and_masked_nan_contribute_nothing():
     loss = torch.tensor([[1.0, float("nan")], [float("inf"), float("nan")], [2.0, 3.0]], requires_grad=True)
     mask = torch.tensor([[1, 0], [1, 1], [1, 1]])
@@ -105,6 +130,19 @@ def test_on_gpu_when_there_is_one():
     assert got.device.type == "cuda" and got.dtype == torch.float32
     got.backward()
     assert loss.grad.device.type == "cuda"
+
+
+def test_the_submodule_is_an_attribute_and_torch_is_imported_only_on_use():
+    """The README's `fulcrum_ba.torch.agg_loss` after a plain `import fulcrum_ba`."""
+    code = (
+        "import sys, fulcrum_ba\n"
+        "print('torch' in sys.modules)\n"
+        "print(fulcrum_ba.torch.agg_loss.__module__, 'torch' in sys.modules)\n"
+        "print(hasattr(fulcrum_ba, 'nope'))\n"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd="/")
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.split("\n")[:3] == ["False", "fulcrum_ba.torch True", "False"]
 
 
 @pytest.mark.parametrize(

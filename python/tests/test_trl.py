@@ -35,7 +35,19 @@ def model_dir(tmp_path_factory):
     return str(path)
 
 
-class Recording(GRPOTrainer):
+def table_reward(table):
+    """A reward function giving completion `i` of the generation batch `table[i]` (one process:
+    TRL scores the whole batch in one call, groups in blocks of NUM_GENERATIONS). None is TRL's
+    "no reward" for a completion."""
+
+    def reward(completions, **_):
+        assert len(completions) == len(table)
+        return list(table)
+
+    return reward
+
+
+class Recorder:
     """Records each generation batch (after the fold) and its analyze report, each micro-batch
     loss, and the gradient right before every optimizer step."""
 
@@ -69,7 +81,17 @@ class Recording(GRPOTrainer):
         return loss
 
 
-def train(model_dir, loss_type, ga=1, steps=1, optim="sgd", lr=0.5, **kw):
+class Recording(Recorder, GRPOTrainer):
+    """fulcrum's trainer, recorded."""
+
+
+class TrlRecording(Recorder, trl.GRPOTrainer):
+    """TRL's own trainer, recorded (no fulcrum report)."""
+
+
+def train(
+    model_dir, loss_type, ga=1, steps=1, optim="sgd", lr=0.5, reward=parity_reward, trainer=Recording, config=None, **kw
+):
     torch.manual_seed(0)
     tok = transformers.AutoTokenizer.from_pretrained(model_dir)
     model = transformers.AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
@@ -100,10 +122,11 @@ def train(model_dir, loss_type, ga=1, steps=1, optim="sgd", lr=0.5, **kw):
         seed=0,
         disable_tqdm=True,
         shuffle_dataset=False,
+        **(config or {}),
     )
     data = datasets.Dataset.from_dict({"prompt": digit_prompts(8 * (steps + 1))})
-    trainer = Recording(
-        model=model, reward_funcs=[parity_reward], args=args, train_dataset=data, processing_class=tok, **kw
+    trainer = trainer(
+        model=model, reward_funcs=[reward], args=args, train_dataset=data, processing_class=tok, **kw
     )
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
     trainer.train()
@@ -200,6 +223,92 @@ def test_token_rule_is_trls_dapo(model_dir):
     theirs, _, p_theirs = train(model_dir, "dapo", ga=2)
     assert rel_diff(ours.grads[0], theirs.grads[0]) <= 1e-5
     assert rel_diff(p_ours, p_theirs) <= 1e-6
+
+
+INF, NAN = float("inf"), float("nan")
+# One generation batch, 8 groups of NUM_GENERATIONS: TRL's group mean of an inf is inf, so TRL gives
+# the first two groups NaN advantages, which its nan_to_num makes 0.
+INF_TABLE = [INF, 0, 1, 0, -INF, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0] + [1, 0, 0, 1] * 4
+
+
+def group_mix(trainer):
+    log = next(h for h in trainer.state.log_history if "groups/mixed" in h)
+    return [log[f"groups/{k}"] for k in ("mixed", "all_correct", "all_wrong")]
+
+
+def test_an_inf_reward_passes_through_a_trl_loss_type_unchanged(model_dir):
+    """TRL trains on with an inf reward: its loss types must too, on the same gradient."""
+    theirs, _, p_theirs = train(model_dir, "dapo", ga=2, reward=table_reward(INF_TABLE), trainer=TrlRecording)
+    ours, _, p_ours = train(model_dir, "dapo", ga=2, reward=table_reward(INF_TABLE))
+    assert theirs.state.global_step == ours.state.global_step == 1
+    torch.testing.assert_close(ours.batches[0]["advantages"], theirs.batches[0]["advantages"], rtol=0, atol=0)
+    assert (ours.batches[0]["advantages"][:8] == 0).all() and (ours.batches[0]["advantages"][16:] != 0).all()
+    assert rel_diff(theirs.grads[0], ours.grads[0]) == 0.0
+    assert rel_diff(p_theirs, p_ours) == 0.0
+    # An inf counts by its sign: neither of the two inf groups is all correct or all wrong.
+    assert group_mix(ours) == pytest.approx([0.5, 1 / 8, 1 / 8], rel=1e-12)
+
+
+def test_an_inf_reward_trains_a_fulcrum_rule(model_dir):
+    trainer, before, after = train(model_dir, "ba", ga=2, reward=table_reward(INF_TABLE))
+    assert trainer.state.global_step == 1 and all(math.isfinite(x) for x in trainer.losses)
+    assert rel_diff(before, after) > 0
+    assert trainer.reports[0]["advantages"][:8] == [0.0] * 8  # TRL's, before the fold
+    assert group_mix(trainer) == pytest.approx([0.5, 1 / 8, 1 / 8], rel=1e-12)
+
+
+@pytest.mark.parametrize("loss_type", ["ba", "dapo"])
+def test_unscored_completions_are_left_out_of_the_group_counts(model_dir, loss_type):
+    """A NaN (None) reward is no wrong answer: group counts are over the scored completions."""
+    table = (
+        [None, None, NAN, None]  # nothing scored: not a group of the counts
+        + [1, 1, 1, None]  # all correct (its None as 0 would make it neither)
+        + [0, 0, NAN, 0]  # all wrong
+        + [1, 0, 1, 0]  # mixed
+        + [1, None, 0, 0]  # mixed
+        + [0, 0, 0, 0]  # all wrong
+        + [1, 1, 1, 1]  # all correct
+        + [None, 1, None, 1]  # all correct
+    )
+    trainer, _, _ = train(model_dir, loss_type, ga=2, reward=table_reward(table))
+    assert trainer.state.global_step == 1 and all(math.isfinite(x) for x in trainer.losses)
+    assert group_mix(trainer) == pytest.approx([2 / 7, 3 / 7, 2 / 7], rel=1e-12)
+    adv = trainer.reports[0]["advantages"]
+    assert [adv[i] for i, r in enumerate(table) if r is None or r != r] == [0.0] * 9  # TRL's zeros
+
+
+def test_scored_group_mix_judges_a_group_on_its_scored_completions():
+    from fulcrum_ba.trl import _scored_group_mix
+
+    groups, lengths = [0, 0, 1, 1, 2, 2], [3, 4, 5, 6, 7, 8]
+    rewards, adv = [1.0, 0.0, 0.0, 0.0, 1.0, 0.0], [0.0, 0.0, 0.0, 0.0, 0.7, -0.7]
+    mix = _scored_group_mix(groups, rewards, lengths, adv, [True, False, True, True, True, True])
+    assert mix == {"frac_mixed": 1 / 3, "frac_all_correct": 1 / 3, "frac_all_wrong": 1 / 3}
+    mix = _scored_group_mix(groups, rewards, lengths, adv, [True, True, False, False, True, True])
+    assert mix == {"frac_mixed": 1 / 2, "frac_all_correct": 0.0, "frac_all_wrong": 0.0}
+    none = _scored_group_mix(groups, rewards, lengths, adv, [False] * 6)
+    assert none == {"frac_mixed": None, "frac_all_correct": None, "frac_all_wrong": None}
+
+
+def test_masked_truncated_completions_are_zero_length_and_leave_bas_counts(model_dir):
+    """`mask_truncated_completions`: TRL still scores a truncated completion (its reward is in its
+    group's advantages) but zeroes its mask. BA reads L = 0: weight 0, outside n+, n- and W_g,
+    while its group stays one of the M groups."""
+    trainer, _, _ = train(model_dir, "ba", ga=2, config={"mask_truncated_completions": True})
+    batch = trainer.batches[0]
+    lengths = batch["completion_mask"].sum(1).long().tolist()
+    raw = trainer.reports[0]["advantages"]
+    masked = [i for i, n in enumerate(lengths) if n == 0]
+    kept = [i for i, n in enumerate(lengths) if n > 0]
+    assert any(raw[i] != 0 for i in masked) and kept, "no masked completion with an advantage"
+    assert all(batch["advantages"][i] == 0 for i in masked)  # folded: w_i = 0
+    w = trainer.reports[0]["rules"]["ba"]["weights"]
+    groups = [i // NUM_GENERATIONS for i in range(len(lengths))]
+    # The same weights as a batch without the masked completions, up to 1/M: a group whose
+    # completions are all masked is still one of the M groups.
+    alone = fulcrum_ba.weights([groups[i] for i in kept], [raw[i] for i in kept], [lengths[i] for i in kept])
+    m, m_kept = len(set(groups)), len({groups[i] for i in kept})
+    assert [w[i] for i in kept] == pytest.approx([x * m_kept / m for x in alone], rel=1e-12)
 
 
 def test_unknown_loss_type_and_ba_count_are_value_errors(model_dir):
