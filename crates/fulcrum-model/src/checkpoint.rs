@@ -13,7 +13,9 @@
 //! ([`verify_model_files`], called where an HF folder is read; [`read_named`] for the
 //! optimizer's files; [`verify_checkpoint`] for the whole folder). A missing, truncated,
 //! corrupt or unlisted file is an error naming the checkpoint and the file, never a silent
-//! load. A file this process has already hashed and that has not changed since (same inode,
+//! load. Files in a folder inside the checkpoint (the exports of a final checkpoint, `hf/`,
+//! `adapter/`) are listed as `folder/name`, one level deep; a model load checks only the
+//! files it reads, the whole-folder check every one. A file this process has already hashed and that has not changed since (same inode,
 //! size, modification and change times) is not hashed again, so that verifying a checkpoint and
 //! then loading it reads the weights once for the hash.
 
@@ -120,11 +122,13 @@ impl Manifest {
         }
         let mut seen = std::collections::HashSet::new();
         for entry in &manifest.files {
-            let unsafe_name = entry.name.is_empty()
-                || entry.name.contains('/')
+            // A plain name, or `folder/name`: never absolute, never up, never deeper.
+            let parts: Vec<&str> = entry.name.split('/').collect();
+            let unsafe_name = parts.len() > 2
+                || parts
+                    .iter()
+                    .any(|p| p.is_empty() || *p == "." || p.contains(".."))
                 || entry.name.contains('\\')
-                || entry.name == "."
-                || entry.name.contains("..")
                 || entry.name == MANIFEST;
             if unsafe_name {
                 return Err(bad(
@@ -144,16 +148,41 @@ impl Manifest {
     }
 
     /// Checks the listed files that `which` selects against their size and sha256, and that
-    /// the folder holds no plain file the manifest does not list (a file put there later would
-    /// be loaded unchecked).
+    /// the folder, and each folder in it that the manifest lists files of, holds no plain file
+    /// the manifest does not list (a file put there later would be loaded unchecked).
     fn verify(&self, dir: &Path, which: impl Fn(&str) -> bool) -> Result<()> {
-        let listed = std::fs::read_dir(dir).map_err(|e| ModelError::io(dir, e))?;
-        let mut unlisted: Vec<String> = listed
-            .filter_map(|e| e.ok())
-            .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
-            .map(|e| e.file_name().to_string_lossy().into_owned())
-            .filter(|n| n != MANIFEST && !n.starts_with('.') && self.entry(n).is_none())
+        let plain_files = |sub: &str| -> Result<Vec<String>> {
+            let at = dir.join(sub);
+            let listed = std::fs::read_dir(&at).map_err(|e| ModelError::io(&at, e))?;
+            Ok(listed
+                .filter_map(|e| e.ok())
+                .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| !n.starts_with('.'))
+                .map(|n| {
+                    if sub.is_empty() {
+                        n
+                    } else {
+                        format!("{sub}/{n}")
+                    }
+                })
+                .collect())
+        };
+        let mut folders: Vec<&str> = self
+            .files
+            .iter()
+            .filter_map(|e| e.name.split_once('/').map(|(f, _)| f))
             .collect();
+        folders.sort();
+        folders.dedup();
+        let mut unlisted = Vec::new();
+        for sub in std::iter::once("").chain(folders.into_iter().filter(|f| dir.join(f).is_dir())) {
+            unlisted.extend(
+                plain_files(sub)?
+                    .into_iter()
+                    .filter(|n| n != MANIFEST && self.entry(n).is_none()),
+            );
+        }
         unlisted.sort();
         if let Some(name) = unlisted.first() {
             return Err(bad(
@@ -254,12 +283,18 @@ pub fn verify_checkpoint(dir: &Path) -> Result<Manifest> {
 
 /// Where a folder is opened as a model: when it is a checkpoint (it has a manifest), every file
 /// a model load reads is verified first (the optimizer's files are verified by [`read_named`]
-/// when they are read); a plain HF folder has nothing to check.
+/// when they are read; the exports, files in folders and GGUF files, are not read by a load);
+/// a plain HF folder has nothing to check.
 pub(crate) fn verify_model_files(dir: &Path) -> Result<()> {
     if !is_checkpoint(dir) {
         return Ok(());
     }
-    Manifest::read(dir)?.verify(dir, |name| name != OPTIMIZER_FILE && name != MASTER_FILE)
+    Manifest::read(dir)?.verify(dir, |name| {
+        name != OPTIMIZER_FILE
+            && name != MASTER_FILE
+            && !name.contains('/')
+            && !name.ends_with(".gguf")
+    })
 }
 
 /// A file of a checkpoint folder, verified against the folder's manifest when it has one (the
@@ -344,6 +379,7 @@ mod tests {
         let mut entries = Vec::new();
         for (name, bytes) in files {
             let p = dir.path().join(name);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
             std::fs::write(&p, bytes).unwrap();
             let (bytes, sha256) = sha256_file(&p).unwrap();
             entries.push(FileEntry {
@@ -447,6 +483,36 @@ mod tests {
         )
         .unwrap();
         assert!(err(verify_checkpoint(d.path())).contains("format version 7"));
+    }
+
+    #[test]
+    fn export_folders_are_listed_one_level_deep_and_checked_whole_not_on_a_model_load() {
+        let d = checkpoint(&[
+            ("config.json", b"{}"),
+            ("hf/config.json", b"{}"),
+            ("hf/model.safetensors", b"w"),
+            ("model.gguf", b"g"),
+        ]);
+        let dir = d.path();
+        verify_checkpoint(dir).unwrap();
+        // A changed export is found by the whole check, not by a model load (which reads none).
+        let tmp = dir.join(".x");
+        std::fs::write(&tmp, b"v").unwrap();
+        std::fs::rename(&tmp, dir.join("hf/model.safetensors")).unwrap();
+        verify_model_files(dir).unwrap();
+        let e = err(verify_checkpoint(dir));
+        assert!(e.contains("hf/model.safetensors does not match"), "{e}");
+        std::fs::write(dir.join("hf/extra.json"), b"{}").unwrap();
+        let e = err(verify_model_files(dir));
+        assert!(e.contains("hf/extra.json is not listed"), "{e}");
+        for name in ["a/b/c", "/abs", "hf/../x", "hf/"] {
+            let text = format!(
+                r#"{{"format_version": 1, "meta": null, "files": [{{"name": "{name}", "bytes": 1, "sha256": "00"}}]}}"#
+            );
+            std::fs::write(dir.join(MANIFEST), text).unwrap();
+            let e = err(verify_checkpoint(dir));
+            assert!(e.contains("unsafe file name"), "{name}: {e}");
+        }
     }
 
     #[test]

@@ -12,7 +12,9 @@
 //! - `linear`: the linear layer and its LoRA adapter; `transformer`: the network (RmsNorm,
 //!   attention with RoPE, SwiGLU, layers); `kv_cache`: the sampler's cache; `lora`: attaching,
 //!   saving and merging adapters;
-//! - `load` (HF folders, GGUF files), `tokenizer`, `chat_template`, `model`, `spec`; `prompt`:
+//! - `load` (HF folders, GGUF files), `tokenizer`, `chat_template`, `model`, `spec`; `hf_meta`:
+//!   the complete `tokenizer_config.json` and `generation_config.json` every folder gets;
+//!   `save_gguf` and `save_gguf_meta`: a GGUF file for llama.cpp; `prompt`:
 //!   a prompt's tokens held against a length limit, also without the weights
 //!   ([`PromptEncoder`]);
 //! - `sampler`: the KV-cache batched sampler; `logprobs` and `masked_logprobs`: per-token
@@ -29,6 +31,7 @@ mod chat_template;
 mod checkpoint;
 mod config;
 mod error;
+pub mod hf_meta;
 mod kv_cache;
 pub mod limits;
 mod linear;
@@ -42,6 +45,7 @@ mod prompt;
 mod runtime;
 pub mod sampler;
 pub mod save_gguf;
+mod save_gguf_meta;
 pub mod shards;
 pub mod shared_prompt;
 mod spec;

@@ -10,6 +10,7 @@ use tch::{Device, Kind, Tensor};
 use crate::chat_template::ChatTemplate;
 use crate::config::ModelConfig;
 use crate::error::{ModelError, Result, TorchContext};
+use crate::hf_meta::{self, Declared};
 use crate::load;
 use crate::lora::{self, LoraConfig};
 use crate::tokenizer::Tokenizer;
@@ -23,6 +24,9 @@ pub struct Model {
     chat: Option<ChatTemplate>,
     /// Set when LoRA adapters are attached (`lora.rs`): the base weights are then frozen.
     lora: Option<LoraConfig>,
+    /// What the source (an HF folder, a GGUF file) declares about its tokens, written back
+    /// completed into every folder ([`crate::hf_meta`]); `None` for the built-in model.
+    declared: Option<Declared>,
 }
 
 impl std::fmt::Debug for Model {
@@ -49,6 +53,7 @@ impl Model {
             tokenizer: None,
             chat: None,
             lora: None,
+            declared: None,
         }
     }
 
@@ -73,6 +78,7 @@ impl Model {
         release_freed_memory();
         model.tokenizer = folder.tokenizer;
         model.chat = folder.chat;
+        model.declared = Some(Declared::read_hf(dir)?);
         // A folder saved with adapters carries them beside the base weights.
         if let Some(cfg) = lora::read_config(dir)? {
             model.attach_lora(&cfg)?;
@@ -89,6 +95,7 @@ impl Model {
         release_freed_memory();
         model.tokenizer = Some(file.tokenizer);
         model.chat = file.chat;
+        model.declared = Some(file.declared);
         Ok(model)
     }
 
@@ -151,6 +158,16 @@ impl Model {
         crate::prompt::encode_within(self.tokenizer()?, self.chat.as_ref(), text, limit)
     }
 
+    /// What the model's source declares about its tokens (`None` for the built-in model).
+    pub fn declared(&self) -> Option<&Declared> {
+        self.declared.as_ref()
+    }
+
+    /// The chat template, when the model has one.
+    pub fn chat(&self) -> Option<&ChatTemplate> {
+        self.chat.as_ref()
+    }
+
     /// Token ids that end a sequence: the config's EOS ids, plus ChatML's `<|im_end|>` when the
     /// model has a chat template.
     pub fn stop_token_ids(&self) -> Vec<i64> {
@@ -166,7 +183,9 @@ impl Model {
     }
 
     /// Write an HF folder: `config.json`, `model.safetensors` (in the current dtype),
-    /// `tokenizer.json` and `tokenizer_config.json` when present. The folder is created.
+    /// `tokenizer.json`, and for a model from an HF folder or a GGUF file a complete
+    /// `tokenizer_config.json` and `generation_config.json` ([`crate::hf_meta`]). The folder is
+    /// created.
     /// With LoRA adapters, `model.safetensors` holds the base weights unmerged and the adapters
     /// go to `adapter_model.safetensors` + `adapter_config.json` (loading restores them exactly);
     /// [`Model::save_merged`] writes them folded in instead.
@@ -271,23 +290,49 @@ impl Model {
         save_named(weights, &dir.join("model.safetensors"))
     }
 
-    /// `config.json`, and `tokenizer.json` and `tokenizer_config.json` when present.
+    /// `config.json`; `tokenizer.json` when the model has a tokenizer; for a model from an HF
+    /// folder or a GGUF file, complete `tokenizer_config.json` and `generation_config.json`; for
+    /// another one with a chat template (none today), that template alone.
     fn write_meta(&self, dir: &Path) -> Result<()> {
         let config_path = dir.join("config.json");
-        let text = serde_json::to_string_pretty(&self.config().to_hf_json()).map_err(|e| {
-            ModelError::Json {
-                path: config_path.clone(),
-                message: e.to_string(),
-            }
+        let mut config = self.config().to_hf_json();
+        // The weights are written in the model's dtype; transformers reads it from here.
+        config["torch_dtype"] = serde_json::json!(match self.net.kind() {
+            Kind::BFloat16 => "bfloat16",
+            Kind::Half => "float16",
+            _ => "float32",
+        });
+        let text = serde_json::to_string_pretty(&config).map_err(|e| ModelError::Json {
+            path: config_path.clone(),
+            message: e.to_string(),
         })?;
         std::fs::write(&config_path, text).map_err(|e| ModelError::io(&config_path, e))?;
         if let Some(tok) = &self.tokenizer {
             tok.save(&dir.join("tokenizer.json"))?;
         }
-        if let Some(chat) = &self.chat {
-            let path = dir.join("tokenizer_config.json");
-            let json = serde_json::json!({ "chat_template": chat.source });
-            std::fs::write(&path, json.to_string()).map_err(|e| ModelError::io(&path, e))?;
+        let tokens = match (&self.declared, &self.tokenizer) {
+            (Some(declared), Some(tok)) => {
+                let map = hf_meta::tokenizer_config(declared, self.config(), tok, self.chat());
+                hf_meta::write_json(&dir.join(hf_meta::TOKENIZER_CONFIG), map.clone())?;
+                Some((map, tok))
+            }
+            (None, _) | (_, None) => {
+                if let Some(chat) = &self.chat {
+                    let mut map = serde_json::Map::new();
+                    map.insert("chat_template".into(), serde_json::json!(chat.source));
+                    hf_meta::write_json(&dir.join(hf_meta::TOKENIZER_CONFIG), map)?;
+                }
+                None
+            }
+        };
+        if let Some(declared) = &self.declared {
+            let map = hf_meta::generation_config(
+                declared,
+                self.config(),
+                &self.stop_token_ids(),
+                tokens.as_ref().map(|(m, t)| (m, *t)),
+            );
+            hf_meta::write_json(&dir.join(hf_meta::GENERATION_CONFIG), map)?;
         }
         Ok(())
     }

@@ -86,6 +86,24 @@ impl GgufTemplate {
             tensors,
         })
     }
+
+    /// A template made rather than read (`save_gguf_meta.rs`); `path` names it in errors.
+    pub(crate) fn from_parts(
+        path: std::path::PathBuf,
+        metadata: HashMap<String, Value>,
+        tensors: Vec<(String, Vec<usize>)>,
+    ) -> Self {
+        GgufTemplate {
+            path,
+            metadata,
+            tensors,
+        }
+    }
+
+    /// The metadata value of `key`, if the template has it.
+    pub fn metadata(&self, key: &str) -> Option<&Value> {
+        self.metadata.get(key)
+    }
 }
 
 /// Writes `weights` (HF names) of a model with `config` to `out`, as a GGUF file whose

@@ -57,8 +57,10 @@ pub fn sha256_file(path: &Path) -> Result<(u64, String), TrainError> {
 }
 
 /// Writes the checkpoint `dest` atomically: `fill` creates a temporary directory at the path it
-/// is given and writes the files there (flat: no subdirectories), then the manifest is added, everything synced, and the directory
-/// renamed to `dest`, replacing an older one of the same name.
+/// is given and writes the files there (plain files, and folders of plain files one level deep:
+/// a final checkpoint's exports), then the manifest is added (a file in a folder listed as
+/// `folder/name`), everything synced, and the directory renamed to `dest`, replacing an older
+/// one of the same name.
 pub fn write<F>(dest: &Path, meta: serde_json::Value, fill: F) -> Result<Manifest, TrainError>
 where
     F: FnOnce(&Path) -> Result<(), TrainError>,
@@ -84,23 +86,11 @@ where
     }
 
     let mut files = Vec::new();
-    let mut names: Vec<PathBuf> = fs::read_dir(&tmp)
-        .map_err(TrainError::io(&tmp))?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .collect();
-    names.sort();
-    for p in &names {
-        if !p.is_file() {
-            return Err(bad(dest, format!("{} is not a plain file", p.display())));
-        }
-        File::open(p)
+    for (name, p) in files_to_list(&tmp, dest)? {
+        File::open(&p)
             .and_then(|f| f.sync_all())
-            .map_err(TrainError::io(p))?;
-        let (bytes, sha256) = sha256_file(p)?;
-        let name = p
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
+            .map_err(TrainError::io(&p))?;
+        let (bytes, sha256) = sha256_file(&p)?;
         files.push(FileEntry {
             name,
             bytes,
@@ -133,6 +123,43 @@ where
         fs::remove_dir_all(&old).map_err(TrainError::io(&old))?;
     }
     Ok(manifest)
+}
+
+/// The files of the checkpoint being written in `tmp`, by their manifest names, sorted: plain
+/// files, and the plain files of its folders as `folder/name` (each folder synced); anything
+/// else is an error.
+fn files_to_list(tmp: &Path, dest: &Path) -> Result<Vec<(String, PathBuf)>, TrainError> {
+    let entries = |dir: &Path| -> Result<Vec<(String, PathBuf)>, TrainError> {
+        Ok(fs::read_dir(dir)
+            .map_err(TrainError::io(dir))?
+            .filter_map(|e| e.ok())
+            .map(|e| (e.file_name().to_string_lossy().into_owned(), e.path()))
+            .collect())
+    };
+    let mut out = Vec::new();
+    for (name, p) in entries(tmp)? {
+        if p.is_file() {
+            out.push((name, p));
+        } else if p.is_dir() {
+            for (inner, q) in entries(&p)? {
+                if !q.is_file() {
+                    return Err(bad(
+                        dest,
+                        format!(
+                            "{} is not a plain file (folders nest one level)",
+                            q.display()
+                        ),
+                    ));
+                }
+                out.push((format!("{name}/{inner}"), q));
+            }
+            sync_dir(&p)?;
+        } else {
+            return Err(bad(dest, format!("{} is not a plain file", p.display())));
+        }
+    }
+    out.sort();
+    Ok(out)
 }
 
 fn sync_dir(dir: &Path) -> Result<(), TrainError> {
@@ -221,6 +248,19 @@ pub fn save_policy(
     ranks: &mut Ranks,
     meta: serde_json::Value,
 ) -> Result<(), TrainError> {
+    save_policy_with(dest, policy, ranks, meta, |_| Ok(()))
+}
+
+/// [`save_policy`], with `extra` writing more files (the exports of `export.rs`) into the
+/// checkpoint's temporary folder on rank 0, so that they are listed in the manifest and appear
+/// with the rest, or not at all.
+pub(crate) fn save_policy_with(
+    dest: &Path,
+    policy: &Policy,
+    ranks: &mut Ranks,
+    meta: serde_json::Value,
+    extra: impl FnOnce(&Path) -> Result<(), TrainError>,
+) -> Result<(), TrainError> {
     let (state, step, masters) = match &policy.opt {
         Optimizer::Replicated(a) => {
             let (state, step) = a.state();
@@ -255,7 +295,8 @@ pub fn save_policy(
             "trainer": meta,
         });
         let path = dir.join(POLICY_META);
-        fs::write(&path, record.to_string()).map_err(TrainError::io(&path))
+        fs::write(&path, record.to_string()).map_err(TrainError::io(&path))?;
+        extra(dir)
     })?;
     Ok(())
 }
@@ -344,6 +385,29 @@ mod tests {
             .map(|e| e.unwrap().file_name())
             .collect();
         assert_eq!(names, vec![std::ffi::OsString::from("step-3")]);
+    }
+
+    #[test]
+    fn folders_one_level_deep_are_listed_and_deeper_ones_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let dest = dir.path().join("final");
+        let m = write(&dest, serde_json::json!({}), |d| {
+            fs::create_dir_all(d.join("hf")).unwrap();
+            fs::write(d.join("model.safetensors"), "w").unwrap();
+            fs::write(d.join("hf/config.json"), "{}").unwrap();
+            Ok(())
+        })
+        .unwrap();
+        let names: Vec<&str> = m.files.iter().map(|f| f.name.as_str()).collect();
+        assert_eq!(names, ["hf/config.json", "model.safetensors"]);
+        verify(&dest).unwrap();
+        let e = write(&dir.path().join("deep"), serde_json::json!({}), |d| {
+            fs::create_dir_all(d.join("a/b")).unwrap();
+            Ok(())
+        })
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("folders nest one level"), "{e}");
     }
 
     #[test]

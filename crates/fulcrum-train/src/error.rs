@@ -20,6 +20,10 @@ pub enum TrainError {
         key: String,
         message: String,
     },
+    /// The W&B sidecar could not start (`logging.wandb`): no `wandb` package, no login, a
+    /// failed `wandb.init`.
+    #[error("logging.wandb: {message}")]
+    Wandb { message: String },
     /// A `--set key=value` that is not of that form.
     #[error("--set {given:?}: {message}")]
     BadOverride { given: String, message: String },

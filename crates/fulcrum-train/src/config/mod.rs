@@ -20,9 +20,11 @@ use fulcrum_tasks::TaskConfig;
 use serde::{Deserialize, Serialize};
 
 mod load;
+mod outputs;
 mod validate;
 
 pub use load::apply_override;
+pub use outputs::{ExportConfig, LoggingConfig, WandbMode};
 
 fulcrum_core::closed_set! {
     /// The learning-rate schedule after warm-up (config `optim.schedule`).
@@ -96,6 +98,10 @@ pub struct Config {
     /// Data parallelism over several processes (`fulcrum train --nproc N`, or a launcher's
     /// `RANK`/`WORLD_SIZE`/`MASTER_ADDR`/`MASTER_PORT`); ignored in one process.
     pub dist: DistConfig,
+    /// TensorBoard and Weights & Biases.
+    pub logging: LoggingConfig,
+    /// The final checkpoint as an HF folder, a GGUF file, a PEFT adapter.
+    pub export: ExportConfig,
 }
 
 /// What every training forward of the policy needs, gathered from three sections: the
@@ -371,6 +377,8 @@ impl Default for Config {
             sft: SftConfig::default(),
             eval: EvalConfig::default(),
             dist: DistConfig::default(),
+            logging: LoggingConfig::default(),
+            export: ExportConfig::default(),
         }
     }
 }

@@ -7,13 +7,16 @@
 //! a value that is not finite is written as `null` and read back as NaN (or `None` where the
 //! field is optional).
 
+mod dashboards;
 mod jsonl;
+mod wandb;
 
 use std::collections::BTreeMap;
 
 use fulcrum_core::{Rule, RuleMass};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
+pub use dashboards::{set_chart_drawer, Dashboards, LengthsBySign};
 pub use jsonl::{truncate_after, JsonlWriter};
 
 /// One GRPO step's metrics line.

@@ -32,7 +32,7 @@ use crate::data::{DataPosition, DataStream};
 use crate::error::TrainError;
 use crate::eval::evaluate_configured;
 use crate::event::Event;
-use crate::metrics::JsonlWriter;
+use crate::metrics::{Dashboards, JsonlWriter};
 use crate::owned_dir::{check_kind, DirKind, OwnedDir};
 use crate::policy::{rl_optimizer, Policy};
 use crate::ranks::Ranks;
@@ -336,6 +336,10 @@ impl Run {
         let run = self.parts();
         let tasks = (run.task, run.eval_task);
         let main = ranks.is_main();
+        let mut dashboards = match main {
+            true => Some(Dashboards::open(cfg, &self.dir, 0)?),
+            false => None,
+        };
         // Rank 0 warms up (or finds the cache); the others then load the cache it wrote.
         let mut quiet = |_: Event<'_>| {};
         let on_start: &mut dyn FnMut(Event<'_>) = if main { &mut *on } else { &mut quiet };
@@ -355,12 +359,18 @@ impl Run {
             other => other,
         })?;
         if let (Some(acc), true) = (start.sft_accuracy, main) {
-            let mut w = JsonlWriter::append(&self.dir.join("eval.jsonl"))?;
-            w.write(&serde_json::json!({"step": 0, "accuracy": acc, "phase": "sft"}))?;
+            let rec = serde_json::json!({"step": 0, "accuracy": acc, "phase": "sft"});
+            JsonlWriter::append(&self.dir.join("eval.jsonl"))?.write(&rec)?;
+            if let Some(d) = dashboards.as_mut() {
+                d.eval(&rec);
+            }
         }
         if cfg.eval.at_start && main {
             let result = evaluate_configured(&start.model, run.eval_task, cfg)?;
-            record_eval(&self.dir, 0, Some("start"), &result)?;
+            let rec = record_eval(&self.dir, 0, Some("start"), &result)?;
+            if let Some(d) = dashboards.as_mut() {
+                d.eval(&rec);
+            }
             on(Event::Eval {
                 step: 0,
                 result: &result,
@@ -391,6 +401,7 @@ impl Run {
             step: 0,
             sft_accuracy: start.sft_accuracy,
             t0,
+            dashboards,
         };
         rl_loop(&run, ranks, start, on)
     }
@@ -410,6 +421,10 @@ impl Run {
         meta.check_same_run(dir, cfg, self.force)?;
         // Every step up to the checkpoint must be on record before anything is cut.
         check_records(&self.dir, step)?;
+        let dashboards = match ranks.is_main() {
+            true => Some(Dashboards::open(cfg, &self.dir, step)?),
+            false => None,
+        };
         let (model, opt) = checkpoint::load_policy(dir, cfg, self.device, ranks)?;
         let start_dir = (cfg.sft.steps > 0).then(|| sft_cache_dir(cfg, &self.dir));
         let reference = reference_model(cfg, &self.model, start_dir.as_deref(), self.device)?;
@@ -424,6 +439,7 @@ impl Run {
             step,
             sft_accuracy: meta.sft_accuracy,
             t0,
+            dashboards,
         };
         rl_loop(&self.parts(), ranks, start, on)
     }

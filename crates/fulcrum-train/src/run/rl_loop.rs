@@ -29,7 +29,7 @@ use crate::error::TrainError;
 use crate::eval::{evaluate, evaluate_configured, EvalResult, EvalSettings};
 use crate::event::Event;
 use crate::interrupt::stop_requested;
-use crate::metrics::{JsonlWriter, StepMetrics};
+use crate::metrics::{Dashboards, JsonlWriter, LengthsBySign, StepMetrics};
 use crate::policy::{rl_schedule, Policy};
 use crate::ranks::Ranks;
 use crate::step::{grpo_step, StepReport};
@@ -51,6 +51,8 @@ pub struct LoopStart {
     pub sft_accuracy: Option<f64>,
     /// When the run (or this resume of it) started.
     pub t0: Instant,
+    /// TensorBoard and W&B, opened before the warm-up (rank 0).
+    pub dashboards: Option<Dashboards>,
 }
 
 /// The loop's state between steps.
@@ -64,6 +66,8 @@ struct RlLoop<'a, 'o> {
     sft_accuracy: Option<f64>,
     /// `metrics.jsonl` and `samples.jsonl`, on rank 0 only.
     writers: Option<(JsonlWriter, JsonlWriter)>,
+    /// TensorBoard and W&B (rank 0).
+    dashboards: Option<Dashboards>,
     skips: SkipGuard,
     last_eval: Option<EvalResult>,
     /// The evaluation of the latest step was cut short by a signal (not recorded).
@@ -103,6 +107,7 @@ pub fn rl_loop(
         data: start.data,
         sft_accuracy: start.sft_accuracy,
         writers,
+        dashboards: start.dashboards,
         skips: SkipGuard::new(cfg.max_consecutive_skips),
         last_eval: None,
         eval_cut: false,
@@ -158,6 +163,7 @@ impl RlLoop<'_, '_> {
                 Ok(StepReport {
                     metrics: StepMetrics::skipped_step(step, rate, e.to_string()),
                     samples: Vec::new(),
+                    lengths: LengthsBySign::default(),
                 })
             }
             Err(e) => Err(e),
@@ -184,6 +190,9 @@ impl RlLoop<'_, '_> {
             for x in &report.samples {
                 samples.write(x)?;
             }
+            if let Some(d) = self.dashboards.as_mut() {
+                d.step(&line, &report.lengths);
+            }
         }
         (self.on)(Event::Step {
             step,
@@ -207,7 +216,10 @@ impl RlLoop<'_, '_> {
             }
             other => other?,
         };
-        record_eval(self.run.dir, step, None, &result)?;
+        let rec = record_eval(self.run.dir, step, None, &result)?;
+        if let Some(d) = self.dashboards.as_mut() {
+            d.eval(&rec);
+        }
         (self.on)(Event::Eval {
             step,
             result: &result,
@@ -306,7 +318,8 @@ impl RlLoop<'_, '_> {
         let (cfg, dir) = (self.run.cfg, self.run.dir);
         let meta = self.meta(cfg.steps).to_json()?;
         let final_dir = dir.join("checkpoints").join("final");
-        checkpoint::save_policy(&final_dir, &self.policy, self.ranks, meta)?;
+        let exports = crate::export::ExportPlan::of(cfg, self.run.model);
+        crate::export::save_final(&final_dir, &self.policy, self.ranks, meta, &exports)?;
         let main = self.ranks.is_main();
         // Rank 0 evaluates; every rank reports its accuracy (the others add 0).
         let final_accuracy = match (self.last_eval.take(), main) {
@@ -331,6 +344,9 @@ impl RlLoop<'_, '_> {
         };
         if main {
             write_summary(dir, &summary)?;
+        }
+        if let Some(d) = self.dashboards.take() {
+            d.finish(serde_json::to_value(&summary).unwrap_or_default());
         }
         self.ranks.barrier()?;
         Ok(summary)

@@ -4,7 +4,7 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use serde_json::json;
+use serde_json::{json, Value};
 
 use crate::config::Config;
 use crate::error::TrainError;
@@ -73,13 +73,14 @@ pub fn cut_streams(dir: &Path, owned: &[&str], step: u64) -> Result<(), TrainErr
 }
 
 /// Appends one evaluation to `dir/eval.jsonl`: the result at `step` (with its `phase` when it is
-/// not a training step), without the wall-clock rate, which is not reproducible.
+/// not a training step), without the wall-clock rate, which is not reproducible. Returns the
+/// record written.
 pub fn record_eval(
     dir: &Path,
     step: u64,
     phase: Option<&str>,
     result: &EvalResult,
-) -> Result<(), TrainError> {
+) -> Result<Value, TrainError> {
     let mut rec = serde_json::to_value(result).map_err(|source| TrainError::Encode {
         what: format!("the evaluation at step {step}"),
         source,
@@ -91,7 +92,8 @@ pub fn record_eval(
     if let Some(o) = rec.as_object_mut() {
         o.remove("tokens_per_s");
     }
-    JsonlWriter::append(&dir.join("eval.jsonl"))?.write(&rec)
+    JsonlWriter::append(&dir.join("eval.jsonl"))?.write(&rec)?;
+    Ok(rec)
 }
 
 /// Whether `dir/eval.jsonl` records the held-out evaluation of training step `step`.

@@ -20,7 +20,7 @@ mod study;
 mod task_charts;
 
 use std::fs;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{Context, Result};
@@ -42,6 +42,27 @@ pub struct Args {
     /// Sans from the Debian font packages].
     #[arg(long)]
     pub font: Option<PathBuf>,
+}
+
+/// A finished run's report (charts and `index.html` in `dir/report`): the chart images' paths,
+/// none when it could not be drawn (said on stderr). The dashboards show them at a run's end.
+pub fn draw_run_charts(dir: &Path) -> Vec<PathBuf> {
+    let out = dir.join("report");
+    let args = Args {
+        dir: dir.to_path_buf(),
+        out: Some(out.clone()),
+        font: None,
+    };
+    if let Err(e) = run(args) {
+        eprintln!("fulcrum: the run's charts were not drawn: {e:#}");
+        return Vec::new();
+    }
+    let mut charts: Vec<PathBuf> = fs::read_dir(&out)
+        .map(|d| d.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default();
+    charts.retain(|p| p.extension().is_some_and(|x| x == "png"));
+    charts.sort();
+    charts
 }
 
 pub fn run(args: Args) -> Result<ExitCode> {
