@@ -9,28 +9,17 @@
 //! `FULCRUM_SMOLLM2_GGUF`. Without it each test prints that it was skipped and passes (the
 //! llama.cpp and Python suites, which need it, fail instead).
 
+#[path = "common/smollm2.rs"]
+mod smollm2_asset;
+use smollm2_asset::gguf_path;
+
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use candle_core::quantized::gguf_file::{Content, Value};
 use fulcrum_model::save_gguf::GgufTemplate;
 use fulcrum_model::{GgufDtype, Model};
 use tch::{Device, Tensor};
-
-fn gguf_path() -> Option<PathBuf> {
-    let path = std::env::var_os("FULCRUM_SMOLLM2_GGUF")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-                .join("../../assets/SmolLM2-135M-Instruct.Q4_1.gguf")
-        });
-    if path.is_file() {
-        Some(path)
-    } else {
-        eprintln!("SKIPPED: SmolLM2 GGUF not found at {}", path.display());
-        None
-    }
-}
 
 fn json(path: &Path) -> anyhow::Result<serde_json::Value> {
     Ok(serde_json::from_str(&std::fs::read_to_string(path)?)?)

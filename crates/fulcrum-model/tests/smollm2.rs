@@ -5,7 +5,9 @@
 //! `assets/SmolLM2-135M-Instruct.Q4_1.gguf`, or set `FULCRUM_SMOLLM2_GGUF`. Without it the test
 //! prints that it was skipped and passes.
 
-use std::path::PathBuf;
+#[path = "common/smollm2.rs"]
+mod smollm2_asset;
+use smollm2_asset::gguf_path;
 
 use fulcrum_model::{generate, Message, Model, SampleRequest, Sampling};
 use tch::Device;
@@ -15,24 +17,6 @@ use tch::Device;
 const EXPECTED_FIRST_16: [i64; 16] = [
     2068, 1042, 216, 39, 1711, 216, 40, 28, 392, 416, 722, 260, 7961, 327, 17385, 282,
 ];
-
-fn gguf_path() -> Option<PathBuf> {
-    let path = std::env::var_os("FULCRUM_SMOLLM2_GGUF")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-                .join("../../assets/SmolLM2-135M-Instruct.Q4_1.gguf")
-        });
-    if path.is_file() {
-        Some(path)
-    } else {
-        eprintln!(
-            "SKIPPED: SmolLM2 GGUF not found at {} (run `fulcrum fetch-assets --only smollm2` or set FULCRUM_SMOLLM2_GGUF)",
-            path.display()
-        );
-        None
-    }
-}
 
 fn greedy(model: &Model, n: usize) -> anyhow::Result<Vec<i64>> {
     let tok = model.tokenizer()?;

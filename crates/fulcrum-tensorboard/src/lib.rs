@@ -112,6 +112,17 @@ impl EventWriter {
         Ok(w)
     }
 
+    /// A new event file in `dir` for a run that starts again from step 0: the event files an
+    /// earlier start of it left there are removed first.
+    pub fn restart(dir: &Path) -> Result<EventWriter, TbError> {
+        if dir.is_dir() {
+            for path in event_files(dir)? {
+                std::fs::remove_file(&path).map_err(io(&path))?;
+            }
+        }
+        EventWriter::create(dir)
+    }
+
     /// Continues the event file in `dir` of a run resumed after step `last`: every event of a
     /// later step (logged after the checkpoint it resumes from) and a torn tail are cut, so
     /// the stream goes on as if never interrupted. Without an event file there, a new one.

@@ -91,3 +91,21 @@ fn histograms_of_equal_or_no_values() {
     let h = histogram(&[4.0, 4.0], 10).unwrap();
     assert_eq!((h.bucket_limit, h.bucket), (vec![4.0], vec![2.0]));
 }
+
+#[test]
+fn a_restart_leaves_one_fresh_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let old = {
+        let mut w = EventWriter::create(dir.path()).unwrap();
+        w.scalars(1, &[("loss", 1.0)]).unwrap();
+        w.path().to_path_buf()
+    };
+    std::fs::rename(&old, dir.path().join("events.out.tfevents.1.old")).unwrap();
+    let w = EventWriter::restart(dir.path()).unwrap();
+    assert_eq!(
+        event_files(dir.path()).unwrap(),
+        vec![w.path().to_path_buf()]
+    );
+    let (events, _) = read_events(w.path()).unwrap();
+    assert_eq!(events.len(), 1, "the version record only");
+}

@@ -54,8 +54,10 @@ impl Dashboards {
         };
         if cfg.logging.tensorboard {
             let tb_dir = dir.join("tb");
+            // A run started again from step 0 (stopped before its first checkpoint) starts a
+            // new event file, like its JSONL streams.
             let opened = if start == 0 {
-                fresh_event_file(&tb_dir)
+                EventWriter::restart(&tb_dir)
             } else {
                 EventWriter::resume(&tb_dir, start)
             };
@@ -174,22 +176,6 @@ impl Dashboards {
             }
         }
     }
-}
-
-/// A fresh run's event file: one left by an earlier start of the same run (stopped before its
-/// first checkpoint, so started again from step 0) is removed, like its JSONL streams.
-fn fresh_event_file(dir: &Path) -> Result<EventWriter, fulcrum_tensorboard::TbError> {
-    if let Ok(entries) = std::fs::read_dir(dir) {
-        for e in entries.flatten() {
-            if e.file_name()
-                .to_string_lossy()
-                .starts_with("events.out.tfevents.")
-            {
-                let _ = std::fs::remove_file(e.path());
-            }
-        }
-    }
-    EventWriter::create(dir)
 }
 
 /// The numbers of a JSON record as `(key, value)`, nested keys joined by `/`; `step`, text,
