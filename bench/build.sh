@@ -7,6 +7,8 @@
 #!   bench/build.sh [TARGET_DIR]     # default: a fresh temporary directory, removed afterwards
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/machine.sh
+machine_line before
 ./scripts/setup-libtorch.sh
 cargo fetch --quiet
 target=${1:-$(mktemp -d /tmp/fulcrum-build-XXXXXX)}
@@ -30,3 +32,4 @@ step "bench/grpo_step.sh's build" cargo build --release -p fulcrum-train --examp
 step "./scripts/test.sh's build" cargo test --workspace --release --no-run
 rm -f "$log"
 [[ -n ${1:-} ]] || rm -rf "$target"
+machine_line after

@@ -6,6 +6,8 @@
 # With LEARN=1: 16 steps of 8 x 8 at lr 2e-5 with an evaluation before and after, both ways.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/machine.sh
+machine_line before
 steps="${1:-3}"; prompts="${2:-4}"; group="${3:-8}"
 gguf="${FULCRUM_SMOLLM2_GGUF:-assets/SmolLM2-135M-Instruct.Q4_1.gguf}"
 [ -f "$gguf" ] || { echo "missing $gguf: fulcrum fetch-assets --only smollm2" >&2; exit 1; }
@@ -43,3 +45,4 @@ for r in ("native", "engine"):
     if os.path.exists(p):
         print(r, "eval accuracy by step:", [(e["step"], e["accuracy"]) for e in map(json.loads, open(p))])
 PY
+machine_line after

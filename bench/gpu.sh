@@ -17,6 +17,8 @@
 #! Prints one line per figure, each with the command that produced it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/machine.sh
+machine_line before
 BIN=${1:-target/release}
 FULCRUM=$BIN/fulcrum
 ENGINE=$BIN/engine-bench
@@ -90,3 +92,4 @@ else
     echo "skipped: $GPUS GPU (NCCL refuses two ranks on one GPU)"
 fi
 rm -rf "$RUNS"
+machine_line after

@@ -4,13 +4,17 @@
 #! Usage: bench/grpo_step.sh [ROUNDS (3)] [THREADS (cores)] [TRL_STEPS (10)]
 #! WARM=1: the warmed-up variant. The workload's random model scores almost nothing, so nearly
 #! every group has equal rewards and zero weight; WARM=1 starts both sides from that model
-#! fine-tuned until 30% or more of its sampled answers are right (nine groups in ten mixed) (bench/trl_grpo_step.py --warm,
-#! written once), so groups are mixed and skipping zero-weight groups saves only what it should.
+#! fine-tuned for a fixed 1,500 supervised steps (seed 0, one thread: bench/trl_grpo_step.py
+#! --warm, written once), so that groups are mixed and skipping zero-weight groups saves only
+#! what it should. Both models are built deterministically; their sha256 is printed, and the
+#! accuracy and mixed-group fraction of the timed steps are reported with every figure.
 #! Sets up what it needs: libtorch in .venv (scripts/setup-libtorch.sh), trl 1.16.0 and
 #! transformers 5.24.0 from PyPI into the same .venv, the bench model folder (written once by
 #! bench/trl_grpo_step.py so that both sides load the same weights).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/machine.sh
+machine_line before
 rounds=${1:-3}
 threads=${2:-$(nproc)}
 trl_steps=${3:-10}
@@ -27,11 +31,14 @@ if [[ ! -f $model/model.safetensors ]]; then
     .venv/bin/python bench/trl_grpo_step.py --build "$model" >&2
 fi
 if [[ ${WARM:-0} == 1 ]]; then
-    if [[ ! -f $model-warm/model.safetensors ]]; then
+    if [[ ! -f $model-warm/warm.json ]]; then
+        rm -rf "$model-warm"
         .venv/bin/python bench/trl_grpo_step.py --warm "$model" "$model-warm" >&2
     fi
     model=$model-warm
+    echo "grpo_step: warmed-up model: $(cat "$model/warm.json")" >&2
 fi
+echo "grpo_step: model $model/model.safetensors sha256 $(sha256sum "$model/model.safetensors" | cut -c1-16)"
 fulcrum=target/release/examples/grpo-step-bench
 log=target/bench-grpo/rounds.jsonl
 : >"$log"
@@ -76,3 +83,4 @@ for key in sorted({label(x) for runs in by_round.values() for x in runs if x["si
         ratios += [trl / x["median_s"] for x in runs if x["side"] == "fulcrum" and label(x) == key]
     print(f"  {key:60s} {statistics.median(ratios):.2f}x TRL (rounds: {', '.join(f'{q:.2f}' for q in ratios)})")
 PY
+machine_line after

@@ -9,6 +9,8 @@
 #!   bench/push.sh [REPEAT]        # default 5
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/machine.sh
+machine_line before
 repeat=${1:-5}
 gguf=${FULCRUM_SMOLLM2_GGUF:-assets/SmolLM2-135M-Instruct.Q4_1.gguf}
 [ -f "$gguf" ] || { echo "missing $gguf: fulcrum fetch-assets --only smollm2" >&2; exit 1; }
@@ -37,3 +39,4 @@ for what in gguf gguf-adapter hf "shards 0 1" peft-adapter; do
 done
 s=$(for _ in $(seq "$repeat"); do two_ranks; done | median)
 printf '| shards 0-1 and 2-3, 2 ranks at once (the slower rank) | %s | %s |\n' "$s" "$(du -sb "$scratch/out" | cut -f1)"
+machine_line after

@@ -4,6 +4,8 @@
 #! Needs the project venv (scripts/setup-libtorch.sh); HF generate needs `transformers` in it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/machine.sh
+machine_line before
 ./scripts/setup-libtorch.sh
 cargo build --release -p fulcrum-model --example engine-bench >&2
 fulcrum_json=$(target/release/examples/engine-bench "$@")
@@ -32,3 +34,4 @@ if "smollm2" in f:
           f" training {s['train_tokens_per_s']:.0f} tok/s (batch {s['train_batch']} x {s['train_seq']});"
           f" peak RSS {s['peak_rss_bytes']/1e9:.2f} GB")
 PY
+machine_line after

@@ -9,6 +9,8 @@
 #! file); installs the engine on first use (scripts/llamacpp-server.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/machine.sh
+machine_line before
 threads=${1:-$(nproc)}
 batches=${2:-1,32}
 new=${3:-128}
@@ -54,3 +56,4 @@ for b, rate in llama.items():
     get = lambda d: next((r["tokens_per_s"] for r in f["results"] if r["batch"] == b and r["dtype"] == d), float("nan"))
     print(f"{b:>6} {rate:>10.1f} {get('f32'):>12.1f} {get('bf16'):>13.1f} {get('f32') / rate:>15.2f}x {get('bf16') / get('f32'):>10.2f}x")
 PY
+machine_line after

@@ -12,6 +12,8 @@
 #!                                              # cut to 8 prompts, at the end only
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/machine.sh
+machine_line before
 steps=${1:-20}
 out=${2:-runs/bench-staleness}
 fulcrum=${FULCRUM:-./scripts/fulcrum}
@@ -55,3 +57,4 @@ for k in (0, 1, 2):
           f"{st.mean(x['kl/engine'] for x in m):.4f} | "
           f"{st.mean(x['time/weight_push'] for x in m):.2f} |")
 PY
+machine_line after

@@ -4,11 +4,11 @@ Three modes:
   --build DIR   write the benchmark's Qwen2-shaped model (random init, seed 0, 3,173,376
                 parameters) and its 23-id character tokenizer as an HF folder, so that fulcrum
                 loads exactly the same weights;
-  --warm SRC DST  the warmed-up variant: SRC fine-tuned (supervised, seed 0) on the workload's
-                prompts with the answer `A<sum>` until at least 30% of its responses at
-                temperature 1 are right, so that about nine groups in ten have mixed rewards
-                (1 - 0.7^8 - 0.3^8) and a step does real work; written as an HF folder that both
-                sides load;
+  --warm SRC DST  the warmed-up variant: SRC fine-tuned for a fixed 1,500 supervised steps
+                (seed 0, one thread) on the workload's prompts with the answer `A<sum>`, so
+                that many groups have mixed rewards and a step does real work; written as an
+                HF folder that both sides load, with DST/warm.json recording the steps, the
+                sampled accuracy reached and the weights' sha256;
   --model DIR   time GRPOTrainer on it: `--warmup` steps, then `--steps` timed steps; prints one
                 JSON line with every step's seconds and the median.
 A step is timed from the start of sampling to the end of the optimizer step (TrainerCallback
@@ -74,12 +74,27 @@ def reward(prompts, completions, **_):
     return scores
 
 
-def warm(src, dst, target=0.3):
-    """Supervised steps on `S <digits>:` -> `A<sum><eos>` until the sampled accuracy (T = 1, 128
-    fresh prompts) reaches `target`; returns the steps taken and the accuracy."""
+WARM_STEPS = 1500
+
+
+def sha256(path):
+    import hashlib
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def warm(src, dst, steps=WARM_STEPS):
+    """A fixed number of supervised steps on `S <digits>:` -> `A<sum><eos>` (seed 0, one
+    thread, so the same weights on any machine of the same kind of CPU), then the sampled
+    accuracy (T = 1, 128 fresh prompts, seeded) measured and reported, never used to decide
+    when to stop. Writes DST and DST/warm.json (steps, accuracy, the weights' sha256)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    torch.set_num_threads(1)
     torch.manual_seed(0)
     tok = AutoTokenizer.from_pretrained(src)
     model = AutoModelForCausalLM.from_pretrained(src, dtype=torch.float32)
@@ -103,6 +118,7 @@ def warm(src, dst, target=0.3):
         return x, m
 
     def sampled_accuracy():
+        torch.manual_seed(12345)
         prompts = digit_prompts(128, seed=12345)
         enc = tok(prompts, return_tensors="pt", padding=True, padding_side="left")
         with torch.no_grad():
@@ -111,8 +127,7 @@ def warm(src, dst, target=0.3):
         texts = tok.batch_decode(out[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
         return sum(reward([p], [t])[0] for p, t in zip(prompts, texts)) / len(prompts)
 
-    acc, step = sampled_accuracy(), 0
-    while acc < target and step < 5000:
+    for step in range(1, steps + 1):
         x, m = batch(64)
         logits = model(input_ids=x).logits[:, :-1]
         nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2), x[:, 1:], reduction="none")
@@ -120,15 +135,18 @@ def warm(src, dst, target=0.3):
         opt.zero_grad()
         loss.backward()
         opt.step()
-        step += 1
-        if step % 50 == 0:
-            acc = sampled_accuracy()
-            print(f"warm: step {step}: loss {loss.item():.3f}, sampled accuracy {acc:.3f}", file=sys.stderr)
+        if step % 250 == 0:
+            print(f"warm: step {step}: loss {loss.item():.3f}", file=sys.stderr)
+    acc = sampled_accuracy()
     tmp = tempfile.mkdtemp(dir=os.path.dirname(os.path.abspath(dst)) or ".")
     model.save_pretrained(tmp, safe_serialization=True)
     tok.save_pretrained(tmp)
+    record = {"supervised_steps": steps, "seed": 0, "threads": 1, "sampled_accuracy": acc,
+              "model_sha256": sha256(os.path.join(tmp, "model.safetensors"))}
+    with open(os.path.join(tmp, "warm.json"), "w") as f:
+        json.dump(record, f)
     os.replace(tmp, dst)
-    return step, acc
+    return record
 
 
 def time_trl(model_dir, warmup, steps, loss_type, threads):
@@ -182,8 +200,8 @@ def main():
     if a.build:
         build(a.build)
     if a.warm:
-        steps, acc = warm(*a.warm)
-        print(f"warm: {steps} supervised steps, sampled accuracy {acc:.3f}", file=sys.stderr)
+        record = warm(*a.warm)
+        print(f"warm: {json.dumps(record)}", file=sys.stderr)
     if a.model:
         print(json.dumps(time_trl(a.model, a.warmup, a.steps, a.loss_type, a.threads)))
 

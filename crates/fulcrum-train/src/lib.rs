@@ -72,4 +72,5 @@ pub use metrics::{set_chart_drawer, truncate_after, JsonlWriter, RuleMasses, Ste
 pub use owned_dir::{check_kind, dir_kind, DirKind, OwnedDir};
 pub use run::{choose_run_dir, resolve_runtime, resume, train, warm_up, Run, RunSummary, BUILD};
 pub use run_data::{EvalPoint, RunData};
+pub use score::encode_prompts;
 pub use warmup::sft_cache_dir;

@@ -139,7 +139,8 @@ pub fn grpo_step(
     let times = Timings {
         sample: t_sampled - drawn.score_secs,
         score: drawn.score_secs,
-        train: t_train0.elapsed().as_secs_f64() + check_secs,
+        old_logprobs: check_secs,
+        train: t_train0.elapsed().as_secs_f64(),
         weight_push: push_secs,
         step: t_start.elapsed().as_secs_f64(),
     };
@@ -214,6 +215,7 @@ fn turns(model: &fulcrum_model::Model, x: &Rollout) -> Option<serde_json::Value>
 struct Timings {
     sample: f64,
     score: f64,
+    old_logprobs: f64,
     train: f64,
     weight_push: f64,
     step: f64,
@@ -292,6 +294,7 @@ fn step_metrics(
         time_sample: times.sample,
         time_score: times.score,
         time_train: times.train,
+        time_old_logprobs: times.old_logprobs,
         time_step: times.step,
         time_weight_push: times.weight_push,
         kl_engine: check.kl_engine,
