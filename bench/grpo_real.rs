@@ -83,7 +83,13 @@ fn prompts(args: &[String]) -> Result<()> {
     let out = arg(args, "--out").context("--out FILE")?;
     let task = fulcrum_tasks::create_task(&cfg.task)?;
     // The stream `fulcrum train` starts with (run/mod.rs: seed and position 0).
-    let mut data = DataStream::new(cfg.seed, DataPosition { chunk: 0, offset: 0 });
+    let mut data = DataStream::new(
+        cfg.seed,
+        DataPosition {
+            chunk: 0,
+            offset: 0,
+        },
+    );
     let mut file = fs::File::create(out).with_context(|| format!("creating {out}"))?;
     for step in 1..=steps {
         for ex in data.take(task.as_ref(), cfg.rollout.prompts_per_step)? {
@@ -101,10 +107,17 @@ fn check(args: &[String]) -> Result<()> {
     let text = fs::read_to_string(batch_path).with_context(|| format!("reading {batch_path}"))?;
     let batch: Batch =
         serde_json::from_str(&text).with_context(|| format!("parsing {batch_path}"))?;
-    let whole = batch.rows.len() % batch.group_size.max(1) == 0;
-    let grouped = batch.rows.iter().enumerate().all(|(i, r)| r.group == i / batch.group_size.max(1));
+    let whole = batch.rows.len().is_multiple_of(batch.group_size.max(1));
+    let grouped = batch
+        .rows
+        .iter()
+        .enumerate()
+        .all(|(i, r)| r.group == i / batch.group_size.max(1));
     if batch.group_size == 0 || !whole || !grouped {
-        bail!("{batch_path}: the rows are not whole groups of {} in order", batch.group_size);
+        bail!(
+            "{batch_path}: the rows are not whole groups of {} in order",
+            batch.group_size
+        );
     }
     tch::set_num_threads(cfg.threads.max(1) as i32);
     // In f32, as TRL's side: the config's `model.dtype` is not applied here.

@@ -7,6 +7,7 @@
 #!
 #!   bench/grpo_real.sh [ROUNDS (3)] [THREADS (cores)]
 #!   STEPS=3 WARMUP=1: timed and untimed steps per side and round (untimed steps are the first).
+#!   VARIANTS="default bf16 all-responses llamacpp": the fulcrum variants to run (default always).
 #!
 #! fulcrum variants per round: `fulcrum train` at its defaults (native sampler, f32, the preset's
 #! settings: equal-reward groups left out of the update, each prompt forwarded once per group),
@@ -66,6 +67,8 @@ $bench check --config "$config" --set "model.path=\"$hf\"" --set rule='"seq"' --
 control=$($py bench/trl_grpo_real.py --compare "$check/trl_grads.safetensors" "$check/fulcrum_seq_grads.safetensors")
 echo "grpo_real: control (fulcrum seq vs TRL dapo): $control" >&2
 
+variants=" default ${VARIANTS:-bf16 all-responses llamacpp} "
+wanted() { [[ $variants == *" $1 "* ]]; }
 log=$out/rounds.jsonl
 : >"$log"
 # One fulcrum run: its metrics' per-step phases, the untimed steps left out.
@@ -99,17 +102,22 @@ trap '[ -n "$server" ] && kill $server 2>/dev/null || true' EXIT
 for ((r = 1; r <= rounds; r++)); do
     echo "grpo_real: round $r/$rounds (load $(cut -d' ' -f1-3 /proc/loadavg))" >&2
     fulcrum_run "$r" default
-    fulcrum_run "$r" bf16 --set model.dtype='"bf16"'
-    fulcrum_run "$r" all-responses --set ppo.skip_zero_weight=false --set ppo.share_prompt=false
-    # A fresh server per round, holding the GGUF until the first step's push replaces it.
-    scripts/llamacpp-server.sh "$gguf" "$port" --slots 8 --ctx 4096 --threads "$threads" >"$out/server.log" 2>&1 &
-    server=$!
-    until curl -sf "http://127.0.0.1:$port/health" >/dev/null; do
-        kill -0 $server 2>/dev/null || { tail -20 "$out/server.log" >&2; exit 1; }
-        sleep 0.5
-    done
-    fulcrum_run "$r" llamacpp --set rollout.engine='"llamacpp"' --set "rollout.engine_urls=[\"http://127.0.0.1:$port\"]"
-    kill $server; wait $server 2>/dev/null || true; server=
+    if wanted bf16; then fulcrum_run "$r" bf16 --set model.dtype='"bf16"'; fi
+    if wanted all-responses; then
+        fulcrum_run "$r" all-responses --set ppo.skip_zero_weight=false --set ppo.share_prompt=false
+    fi
+    if wanted llamacpp; then
+        # A fresh server per round, holding the GGUF until the first step's push replaces it;
+        # 8 slots, fed by the trainer's default 4 requests (groups of 8) in flight.
+        scripts/llamacpp-server.sh "$gguf" "$port" --slots 8 --ctx 4096 --threads "$threads" >"$out/server.log" 2>&1 &
+        server=$!
+        until curl -sf "http://127.0.0.1:$port/health" >/dev/null; do
+            kill -0 $server 2>/dev/null || { tail -20 "$out/server.log" >&2; exit 1; }
+            sleep 0.5
+        done
+        fulcrum_run "$r" llamacpp --set rollout.engine='"llamacpp"' --set "rollout.engine_urls=[\"http://127.0.0.1:$port\"]"
+        kill $server; wait $server 2>/dev/null || true; server=
+    fi
     $py bench/trl_grpo_real.py --model "$hf" --prompts "$prompts" --threads "$threads" \
         --warmup "$warmup" --steps "$steps" 2>"$out/trl.log" | tail -1 \
         | $py -c "import json,sys; d=json.load(sys.stdin); d['round']=$r; print(json.dumps(d))" >>"$log" \

@@ -115,7 +115,11 @@ pub struct StepMetrics {
     pub time_train: f64,
     /// Seconds spent on the trainer's log-probabilities of engine rollouts, which become their
     /// old log-probabilities (0 with the native sampler, which keeps its own while sampling).
-    #[serde(rename = "time/old_logprobs", default, deserialize_with = "nan_if_null")]
+    #[serde(
+        rename = "time/old_logprobs",
+        default,
+        deserialize_with = "nan_if_null"
+    )]
     pub time_old_logprobs: f64,
     #[serde(rename = "time/step", deserialize_with = "nan_if_null")]
     pub time_step: f64,
