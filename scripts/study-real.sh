@@ -5,7 +5,8 @@
 #! thread per run), so the order of runs and JOBS do not change a result.
 #!
 #!   scripts/study-real.sh pilot        # token and ba, pilot seeds 100-101, 60 steps, eval every 10
-#!   scripts/study-real.sh main         # token, seq, ba, token-group x the main seeds (setting A)
+#!   scripts/study-real.sh main         # token, seq, ba, token-group x the main seeds (setting A;
+#!                                      # FROM_SEED=k runs seeds k.. first)
 #!   scripts/study-real.sh samples      # each finished run's start and end held-out samples
 #!   scripts/study-real.sh report       # charts, then the pre-registered analysis and verdicts
 #!   scripts/study-real.sh pack|unpack  # finished runs' result files <-> docs/study-real/runs.tar.gz
@@ -40,6 +41,12 @@ main_runs() {
     steps=$(sed -n 's/^main_steps: //p' "$docs/preregistration.md")
     every=$(sed -n 's/^main_eval_every: //p' "$docs/preregistration.md")
     [[ -n $seeds && -n $steps && -n $every ]] || { echo "study-real: no main_seeds/main_steps/main_eval_every line in $docs/preregistration.md" >&2; exit 2; }
+    # FROM_SEED=k: the runs of seeds k.. first (the same cells: each run's config names its
+    # seed, so the order changes no result), then every run.
+    if [[ -n ${FROM_SEED:-} ]]; then
+        $fulcrum compare "${common[@]}" --out "$root/main" --rules token,seq,ba,token-group \
+            --seeds $((seeds - FROM_SEED)) --set "seed=$FROM_SEED" --set "eval_every=$every" --steps "$steps"
+    fi
     $fulcrum compare "${common[@]}" --out "$root/main" --rules token,seq,ba,token-group \
         --seeds "$seeds" --set seed=0 --set "eval_every=$every" --steps "$steps"
 }
