@@ -8,6 +8,7 @@
 #!   bench/grpo_real.sh [ROUNDS (3)] [THREADS (cores)]
 #!   STEPS=3 WARMUP=1: timed and untimed steps per side and round (untimed steps are the first).
 #!   VARIANTS="default bf16 all-responses llamacpp": the fulcrum variants to run (default always).
+#!   SLOTS=8: the llama.cpp server's slots (responses decoded together).
 #!
 #! fulcrum variants per round: `fulcrum train` at its defaults (native sampler, f32, the preset's
 #! settings: equal-reward groups left out of the update, each prompt forwarded once per group),
@@ -108,14 +109,19 @@ for ((r = 1; r <= rounds; r++)); do
     fi
     if wanted llamacpp; then
         # A fresh server per round, holding the GGUF until the first step's push replaces it;
-        # 8 slots, fed by the trainer's default 4 requests (groups of 8) in flight.
-        scripts/llamacpp-server.sh "$gguf" "$port" --slots 8 --ctx 4096 --threads "$threads" >"$out/server.log" 2>&1 &
+        # SLOTS slots (8: fed by the trainer's default 4 groups of 8 in flight; more: a group
+        # in flight per 8 slots), each with room for a prompt and its response.
+        slots=${SLOTS:-8}
+        requests=$((slots / 8 > 4 ? slots / 8 : 4))
+        ctx=$((slots > 8 ? 256 : 4096))
+        scripts/llamacpp-server.sh "$gguf" "$port" --slots "$slots" --ctx "$ctx" --threads "$threads" >"$out/server.log" 2>&1 &
         server=$!
         until curl -sf "http://127.0.0.1:$port/health" >/dev/null; do
             kill -0 $server 2>/dev/null || { tail -20 "$out/server.log" >&2; exit 1; }
             sleep 0.5
         done
-        fulcrum_run "$r" llamacpp --set rollout.engine='"llamacpp"' --set "rollout.engine_urls=[\"http://127.0.0.1:$port\"]"
+        fulcrum_run "$r" llamacpp --set rollout.engine='"llamacpp"' --set "rollout.engine_urls=[\"http://127.0.0.1:$port\"]" \
+            --set "rollout.engine_requests=$requests"
         kill $server; wait $server 2>/dev/null || true; server=
     fi
     $py bench/trl_grpo_real.py --model "$hf" --prompts "$prompts" --threads "$threads" \

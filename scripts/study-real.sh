@@ -82,6 +82,8 @@ report() {
     for d in "$root"/pilot "$root"/main; do
         [ -f "$d/summary.json" ] && $fulcrum report "$d" >/dev/null
     done
+    # The comparison's per-run summary (rule, seed, steps, task, final accuracy, diagnostics).
+    cp "$root/main/summary.json" "$docs/summary.json"
     python3 scripts/study_real_analysis.py "$docs" "$root/main" >"$docs/analysis.json"
     python3 scripts/study_real_analysis.py --report "$docs/analysis.json" >"$docs/report.md"
     echo "study-real: $docs/analysis.json and $docs/report.md" >&2
