@@ -36,7 +36,7 @@ echo "grpo_real: $(machine_line before)" >&2
 
 ./scripts/setup-libtorch.sh >&2
 py=.venv/bin/python
-if ! $py -c 'import trl, transformers, datasets, safetensors' 2>/dev/null; then
+if ! $py -c 'import datasets, safetensors, trl, transformers as t; assert (trl.__version__, t.__version__) == ("1.16.0", "5.24.0")' 2>/dev/null; then
     echo "grpo_real: installing trl 1.16.0 and transformers 5.24.0 into .venv" >&2
     $py -m pip install --quiet --disable-pip-version-check "trl==1.16.0" "transformers==5.24.0" >&2
 fi

@@ -19,7 +19,7 @@ rounds=${1:-3}
 threads=${2:-$(nproc)}
 trl_steps=${3:-10}
 ./scripts/setup-libtorch.sh
-if ! .venv/bin/python -c 'import trl, transformers' 2>/dev/null; then
+if ! .venv/bin/python -c 'import trl, transformers as t; assert (trl.__version__, t.__version__) == ("1.16.0", "5.24.0")' 2>/dev/null; then
     echo "grpo_step: installing trl 1.16.0 and transformers 5.24.0 into .venv" >&2
     .venv/bin/python -m pip install --quiet --disable-pip-version-check \
         "trl==1.16.0" "transformers==5.24.0"
