@@ -13,7 +13,6 @@
 //!       prompt to the same token ids, whether fulcrum's verifier gives TRL's rewards, and the
 //!       tokens and loss. The Python side compares the gradients with TRL's.
 
-use std::collections::HashMap;
 use std::fs;
 use std::io::Write;
 use std::path::Path;
@@ -181,16 +180,12 @@ fn check(args: &[String]) -> Result<()> {
             selected: None,
         })
         .collect();
-    for (_, t) in model.var_store().variables() {
-        let mut g = t.grad();
-        if g.defined() {
-            let _ = g.zero_();
-        }
-    }
+    // A freshly loaded model holds no gradients: the backward's are the batch's alone.
     let stats = backward_micro_batches(&model, None, &items, 0.0, &fwd, &cfg.ppo)?;
     let grads: Vec<(String, Tensor)> = {
-        let vars: HashMap<String, Tensor> = model.var_store().variables();
-        let mut named: Vec<_> = vars
+        let mut named: Vec<_> = model
+            .var_store()
+            .variables()
             .into_iter()
             .filter(|(_, t)| t.requires_grad())
             .map(|(name, t)| {

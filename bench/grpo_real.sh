@@ -50,8 +50,8 @@ hf=$out/SmolLM2-135M-Instruct-f32
 config=configs/real-rl-cpu.toml
 prompts=$out/prompts.jsonl
 $bench prompts --config "$config" --set seed=0 --steps $((warmup + steps)) --out "$prompts"
-hash() { sha256sum "$1" | cut -c1-16; }
-echo "grpo_real: model $hf/model.safetensors sha256 $(hash "$hf/model.safetensors"), prompts sha256 $(hash "$prompts")" >&2
+sha16() { sha256sum "$1" | cut -c1-16; }
+echo "grpo_real: model $hf/model.safetensors sha256 $(sha16 "$hf/model.safetensors"), prompts sha256 $(sha16 "$prompts")" >&2
 
 # The arithmetic check (once): TRL's batch and gradient, fulcrum's gradient of the same batch.
 check=$out/check

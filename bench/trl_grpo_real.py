@@ -126,7 +126,6 @@ class Phases:
             return wrapper
 
         trainer._generate = timed("sample", trainer._generate)
-        trainer._calculate_rewards = timed("score", trainer._calculate_rewards)
         trainer._get_per_token_logps_and_entropies = timed(
             "old_logprobs", trainer._get_per_token_logps_and_entropies, only_no_grad=True)
         gen_and_score = trainer._generate_and_score_completions
@@ -142,7 +141,9 @@ class Phases:
         calc = trainer._calculate_rewards
 
         def rewards_wrapper(*a, **k):
+            t0 = time.perf_counter()
             out = calc(*a, **k)
+            phases.now["score"] += time.perf_counter() - t0
             phases.rewards.append(out.detach().sum(dim=1).tolist())
             return out
         trainer._calculate_rewards = rewards_wrapper
