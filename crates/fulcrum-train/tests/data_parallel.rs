@@ -176,9 +176,21 @@ fn two_ranks_end_with_the_weights_of_one_under_ba_seq_and_token() {
 fn two_ranks_end_with_the_weights_of_one_under_every_policy_loss() {
     let root = scratch("losses");
     for loss in fulcrum_core::PolicyLoss::ALL.iter().skip(1) {
+        // KL-Cov is compared after one step only. Its penalty `kl_cov_coef |logp - logp_old|`
+        // has the gradient `kl_cov_coef * sign(logp - logp_old)`, and on a step's first
+        // mini-batch the two log-probabilities differ by rounding alone (the sampler's own
+        // against the training forward's). From step 2 the 1- and 2-rank weights differ in
+        // a last bit (all-reduce order), so those signs, and with them whole `kl_cov_coef`
+        // terms, differ too (5e-4 relative seen at step 2 for three seeds in four). Step 1 still
+        // checks the global top-k choice and its distributed update.
+        let steps = if *loss == fulcrum_core::PolicyLoss::KlCov {
+            1
+        } else {
+            2
+        };
         // Cov fractions large enough that the tiny batches choose tokens.
         let set = [
-            "steps=2".to_string(),
+            format!("steps={steps}"),
             format!("ppo.loss={:?}", loss.name()),
             "ppo.clip_cov_frac=0.05".to_string(),
             "ppo.clip_cov_lb=-100.0".to_string(),
