@@ -1,13 +1,16 @@
 """llama.cpp's server (the `xllamacpp` wheel) behind a reloading front, for fulcrum's rollouts.
 
 Run by scripts/llamacpp-server.sh in its own virtual environment. The front listens on
-127.0.0.1:PORT and passes every request through to llama-server, which runs in this process on
-a private port; it adds one route of its own, because llama-server cannot swap its model while
-running:
+127.0.0.1:PORT and passes every request through to llama-server, which runs in a child process
+of its own on a private port (this file run with --upstream). A child, not a thread of the
+front: loading or freeing a model is native code, and a crash or a stall there must cost one
+model (the reload fails, or the front exits saying why), never the front's own routes. A child
+ends when its stdin does, so with its front however that ends. The front adds one route of its
+own, because llama-server cannot swap its model while running:
 
   POST /reload_model {"model_path": "/abs/file.gguf", "weight_version": N}
       loads the file into a second llama-server, waits until it answers, sends new requests to
-      it and closes the old one once its requests have finished. Answers
+      it and stops the old one once its requests have finished. Answers
       {"success": true, "weight_version": N, "seconds": s}; on failure (unreadable file, wrong
       architecture) the old model keeps serving and the answer is an error with its reason.
   POST /reload_model {"lora_path": "/abs/adapter.gguf", "weight_version": N}
@@ -24,53 +27,133 @@ import argparse
 import http.client
 import http.server
 import json
+import os
+import subprocess
 import sys
 import threading
 import time
-
-import xllamacpp
 
 
 def log(msg):
     print(f"llamacpp-server: {msg}", file=sys.stderr, flush=True)
 
 
+def exit_status(rc):
+    return f"killed by signal {-rc}" if rc < 0 else f"exit status {rc}"
+
+
+def child_env():
+    """The environment of a llama-server child. llama.cpp's CPU threads wait in libgomp, which
+    spins 300000 times before sleeping unless its process holds more threads than CPUs, when it
+    spins 1000. It cannot see another process's threads: while a new model loads beside the one
+    serving, the two children's full spins slowed both several-fold (on 2 cores: reloads of
+    1-8 s instead of 0.5-0.9 s, a third of the completions). So 1000, which costs a lone server
+    nothing measurable, unless the caller set libgomp's waiting itself."""
+    env = dict(os.environ)
+    if "GOMP_SPINCOUNT" not in env and "OMP_WAIT_POLICY" not in env:
+        env["GOMP_SPINCOUNT"] = "1000"
+    return env
+
+
 class Upstream:
-    """One llama-server with a count of the requests it is serving."""
+    """One llama-server in a child process, with a count of the requests it is serving."""
 
     def __init__(self, args, model_path, version, lora_path=None):
-        p = xllamacpp.CommonParams()
-        p.model.path = model_path
-        if lora_path is not None:
-            # A LoRA adapter GGUF applied to every request at scale 1 (llama.cpp scales it by
-            # the file's adapter.lora.alpha over its rank).
-            p.lora_adapters = [xllamacpp.CommonAdapterLoraInfo(lora_path, 1.0)]
-        p.n_parallel = args.slots
-        p.n_ctx = args.ctx * args.slots
-        p.cpuparams.n_threads = args.threads
-        p.cpuparams_batch.n_threads = args.threads
-        p.port = 0
-        p.endpoint_metrics = True
-        p.verbosity = args.verbosity
-        self.server = xllamacpp.Server(p)  # raises RuntimeError when the model does not load
-        addr = self.server.listening_address.removeprefix("http://")
+        spec = {
+            "model": model_path,
+            "lora": lora_path,
+            "slots": args.slots,
+            "ctx": args.ctx,
+            "threads": args.threads,
+            "verbosity": args.verbosity,
+        }
+        # stderr is the front's: llama.cpp's own log lines stay visible.
+        self.proc = subprocess.Popen(
+            [sys.executable, os.path.abspath(__file__), "--upstream", json.dumps(spec)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env=child_env(),
+        )
+        line = self.proc.stdout.readline()
+        try:
+            said = json.loads(line)
+        except ValueError:
+            said = {}
+        if "address" not in said:
+            self.proc.kill()
+            rc = self.proc.wait()
+            raise RuntimeError(said.get("error") or f"llama-server's process ended ({exit_status(rc)}) before it served")
+        addr = said["address"].removeprefix("http://")
         self.host, port = addr.rsplit(":", 1)
         self.port = int(port)
         self.model_path = model_path
         self.version = version
         self.busy = 0
-        self.retired = False
+        self.retired = False  # replaced: stopped once its last request is answered
+        self.stopped = False
 
-    def close(self):
-        self.server = None  # ~Server stops its loop and frees the model
+    def watch(self, on_death):
+        """Calls on_death(self, status) if the process ends without being stopped."""
+
+        def wait():
+            rc = self.proc.wait()
+            if not self.stopped:
+                on_death(self, exit_status(rc))
+
+        threading.Thread(target=wait, daemon=True).start()
+
+    def stop(self):
+        # A kill, not a clean shutdown: the model's memory goes with the process, and nothing
+        # in it is worth saving. The watch thread reaps it.
+        self.stopped = True
+        self.proc.kill()
+
+
+def serve_upstream(spec):
+    """The child (--upstream): one llama-server on a free loopback port. It says its address
+    (or why the model did not load) on stdout as one JSON line, then serves until its stdin
+    ends: the front closed it or died."""
+    import xllamacpp
+
+    p = xllamacpp.CommonParams()
+    p.model.path = spec["model"]
+    if spec["lora"] is not None:
+        # A LoRA adapter GGUF applied to every request at scale 1 (llama.cpp scales it by the
+        # file's adapter.lora.alpha over its rank).
+        p.lora_adapters = [xllamacpp.CommonAdapterLoraInfo(spec["lora"], 1.0)]
+    p.n_parallel = spec["slots"]
+    p.n_ctx = spec["ctx"] * spec["slots"]
+    p.cpuparams.n_threads = spec["threads"]
+    p.cpuparams_batch.n_threads = spec["threads"]
+    p.port = 0
+    p.endpoint_metrics = True
+    p.verbosity = spec["verbosity"]
+    try:
+        server = xllamacpp.Server(p)  # raises RuntimeError when the model does not load
+    except RuntimeError as e:
+        print(json.dumps({"error": str(e)}), flush=True)
+        sys.exit(1)
+    print(json.dumps({"address": server.listening_address}), flush=True)
+    sys.stdin.buffer.read()
+    # Straight out: no native teardown to stall in.
+    os._exit(0)
 
 
 class Front:
     def __init__(self, args):
         self.args = args
-        self.lock = threading.Condition()
+        self.lock = threading.Lock()
         self.reload_lock = threading.Lock()
         self.current = Upstream(args, args.model, None)
+        self.current.watch(self.upstream_died)
+
+    def upstream_died(self, up, status):
+        if up is self.current:
+            # Serving 502s from a front whose model is gone would only hide it: end, so that
+            # clients see the server down and a supervisor sees why.
+            log(f"llama-server serving {up.model_path} ended ({status}): stopping")
+            os._exit(1)
+        log(f"the replaced llama-server serving {up.model_path} ended ({status})")
 
     def acquire(self):
         with self.lock:
@@ -81,18 +164,21 @@ class Front:
     def release(self, up):
         with self.lock:
             up.busy -= 1
-            if up.retired and up.busy == 0:
-                up.close()
+            idle = up.retired and up.busy == 0
+        if idle:
+            up.stop()
 
     def reload(self, model_path, version, lora_path=None):
         with self.reload_lock:
             t0 = time.time()
             new = Upstream(self.args, model_path, version, lora_path)
+            new.watch(self.upstream_died)
             with self.lock:
                 old, self.current = self.current, new
                 old.retired = True
-                if old.busy == 0:
-                    old.close()
+                idle = old.busy == 0
+            if idle:
+                old.stop()
             secs = time.time() - t0
             what = model_path if lora_path is None else f"{lora_path} on {model_path}"
             log(f"weights v{version} from {what} in {secs:.2f} s")
@@ -150,8 +236,8 @@ def handler(front):
 
         def forward(self, data):
             up = front.acquire()
+            conn = http.client.HTTPConnection(up.host, up.port, timeout=front.args.timeout)
             try:
-                conn = http.client.HTTPConnection(up.host, up.port, timeout=front.args.timeout)
                 headers = {"Content-Type": self.headers.get("Content-Type", "application/json")}
                 conn.request(self.command, self.path, body=data, headers=headers)
                 resp = conn.getresponse()
@@ -160,16 +246,19 @@ def handler(front):
                 if up.version is not None:
                     extra.append(("X-Weight-Version", str(up.version)))
                 self.reply(resp.status, body, extra)
-                conn.close()
             except (OSError, http.client.HTTPException) as e:
                 self.reply_json(502, {"error": {"code": 502, "message": f"llama-server: {e}"}})
             finally:
+                # Closed before the release, which may stop this llama-server.
+                conn.close()
                 front.release(up)
 
     return Handler
 
 
 def main():
+    if len(sys.argv) == 3 and sys.argv[1] == "--upstream":
+        return serve_upstream(json.loads(sys.argv[2]))
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("model")
     ap.add_argument("port", type=int)

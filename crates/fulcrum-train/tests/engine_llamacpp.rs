@@ -166,6 +166,45 @@ fn trainer_logprobs_agree_with_the_engine_and_follow_a_weight_push() -> Result<(
 
 #[test]
 #[ignore = "slow: starts a llama.cpp server (run with --ignored)"]
+fn a_push_that_does_not_load_keeps_the_old_model_and_a_dead_model_ends_the_front() -> Result<()> {
+    let path = gguf()?;
+    let model = Model::load_gguf(&path, Device::Cpu)?;
+    let mut server = Server::start(&path)?;
+    let c = server.client();
+    let ids = prompt(&model, "What is 2 + 3?")?;
+    let tokens = |done: &[fulcrum_rollout::EngineCompletion]| -> Vec<Vec<i64>> {
+        done.iter().map(|d| d.tokens.clone()).collect()
+    };
+    let before = c.generate(&request(&model, ids.clone(), 2, 8, 7))?;
+    // Not a GGUF: the reload fails with its reason, and the old model goes on answering.
+    let dir = scratch()?;
+    let junk = dir.path().join("weights-v1.gguf");
+    std::fs::write(&junk, b"not a gguf")?;
+    let files = WeightFiles {
+        format: WeightFormat::Gguf,
+        path: junk,
+    };
+    let e = c.load_weights(&files, 1).unwrap_err().to_string();
+    assert!(e.contains("did not load"), "{e}");
+    let after = c.generate(&request(&model, ids, 2, 8, 7))?;
+    assert_eq!(tokens(&before), tokens(&after));
+    assert!(after.iter().all(|d| d.weight_version.is_none()));
+    // The failed load's process is gone; the serving model's process dies: the front ends
+    // with it (a front answering 502s would hide that the model is gone).
+    let children = server.children()?;
+    assert_eq!(children.len(), 1, "llama-server processes: {children:?}");
+    let killed = std::process::Command::new("kill")
+        .args(["-KILL", &children[0].to_string()])
+        .status()?;
+    assert!(killed.success());
+    let status = server.exit_within(std::time::Duration::from_secs(30))?;
+    assert!(!status.success(), "{status}");
+    assert!(c.health().is_err());
+    Ok(())
+}
+
+#[test]
+#[ignore = "slow: starts a llama.cpp server (run with --ignored)"]
 fn an_adapter_push_is_followed_by_the_engine_for_a_fraction_of_the_bytes() -> Result<()> {
     let path = gguf()?;
     let mut model = Model::load_gguf(&path, Device::Cpu)?;

@@ -15,8 +15,8 @@
 //! them out of `kl/engine` and gives them importance weight 1).
 //!
 //! Weight push: the server cannot swap its model in place, so scripts/llamacpp-server.sh puts a
-//! front before it with `POST /reload_model {model_path, weight_version}` (a second server
-//! loads the new file, then takes the traffic) and an `X-Weight-Version` header on every reply.
+//! front before it with `POST /reload_model {model_path, weight_version}` (a second server, a
+//! process of its own, loads the new file, then takes the traffic) and an `X-Weight-Version` header on every reply.
 
 use std::time::Duration;
 

@@ -92,6 +92,43 @@ impl Server {
         LlamaCpp::new(&self.url, Duration::from_secs(120))
     }
 
+    /// The processes the front started (its llama-servers), from /proc.
+    pub fn children(&self) -> Result<Vec<u32>> {
+        let front = self.child.id();
+        let mut out = Vec::new();
+        for entry in std::fs::read_dir("/proc")? {
+            let Ok(pid) = entry?.file_name().to_string_lossy().parse::<u32>() else {
+                continue;
+            };
+            // /proc/PID/stat: "pid (comm) state ppid ...", comm may hold spaces and parentheses.
+            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+                continue;
+            };
+            let ppid = stat
+                .rsplit_once(')')
+                .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+                .and_then(|p| p.parse::<u32>().ok());
+            if ppid == Some(front) {
+                out.push(pid);
+            }
+        }
+        Ok(out)
+    }
+
+    /// The front's exit status, once it has exited within `limit`.
+    pub fn exit_within(&mut self, limit: Duration) -> Result<std::process::ExitStatus> {
+        let t0 = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait()? {
+                return Ok(status);
+            }
+            if t0.elapsed() > limit {
+                bail!("{} still running after {limit:?}", self.url);
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
     pub fn kill(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
