@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
 #! The real-model aggregation study (docs/study-real/preregistration.md), as one command. Each
 #! phase is resumable (run the same command again after a kill: finished runs are skipped,
-#! interrupted ones resume from their latest checkpoint) and deterministic (a fixed seed and one
-#! thread per run), so the order of runs and JOBS do not change a result.
+#! interrupted ones resume from their latest checkpoint) and deterministic on one machine (a fixed
+#! seed and one thread per run), so the order of runs and JOBS do not change a result. Another
+#! CPU's kernels may round differently, and a run there can diverge (docs/results.md says how much).
 #!
 #!   scripts/study-real.sh pilot        # token and ba, pilot seeds 100-101, 60 steps, eval every 10
 #!   scripts/study-real.sh main         # token, seq, ba, token-group x the main seeds (setting A;
 #!                                      # FROM_SEED=k runs seeds k.. first)
 #!   scripts/study-real.sh samples      # each finished run's start and end held-out samples
 #!   scripts/study-real.sh report       # charts, then the pre-registered analysis and verdicts
+#!   scripts/study-real.sh analysis     # the analysis and verdicts alone, from the committed files
+#!                                      # (docs/study-real: runs.tar.gz and the samples; no build)
 #!   scripts/study-real.sh pack|unpack  # finished runs' result files <-> docs/study-real/runs.tar.gz
 #!   scripts/study-real.sh              # all of it, in that order
 #!
@@ -89,6 +92,17 @@ report() {
     echo "study-real: $docs/analysis.json and $docs/report.md" >&2
 }
 
+# The pre-registered analysis from the committed files alone, into docs/study-real.
+analysis() {
+    local tmp
+    tmp=$(mktemp -d)
+    tar --extract --gzip --file "$docs/runs.tar.gz" --directory "$tmp"
+    python3 scripts/study_real_analysis.py "$docs" "$tmp/$root/main" >"$docs/analysis.json"
+    python3 scripts/study_real_analysis.py --report "$docs/analysis.json" >"$docs/report.md"
+    rm -rf "$tmp"
+    echo "study-real: $docs/analysis.json and $docs/report.md" >&2
+}
+
 pack() { scripts/runs-archive.sh pack "$root" "$docs/runs.tar.gz"; }
 unpack() { scripts/runs-archive.sh unpack "$docs/runs.tar.gz"; }
 
@@ -98,8 +112,9 @@ case $phase in
     main) main_runs ;;
     samples) samples ;;
     report) report ;;
+    analysis) analysis ;;
     pack) pack ;;
     unpack) unpack ;;
     all) unpack; pilot; main_runs; samples; report ;;
-    *) echo "study-real: unknown phase $phase (pilot, main, samples, report, pack, unpack)" >&2; exit 2 ;;
+    *) echo "study-real: unknown phase $phase (pilot, main, samples, report, analysis, pack, unpack)" >&2; exit 2 ;;
 esac

@@ -149,7 +149,7 @@ pub(super) fn task_charts(src: &Source, task: &str, out: &Path) -> Result<Vec<(S
     )?;
     chart(
         "accuracy",
-        format!("Held-out accuracy (step 0: before RL, after any SFT){band_note}"),
+        format!("Held-out accuracy (step 0: start of RL){band_note}"),
         "accuracy",
         per_rule_of(&|_, r| evals(r)),
     )?;
