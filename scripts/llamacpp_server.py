@@ -89,23 +89,10 @@ class Upstream:
         self.model_path = model_path
         self.version = version
         self.busy = 0
-        self.retired = False  # replaced: stopped once its last request is answered
-        self.stopped = False
-
-    def watch(self, on_death):
-        """Calls on_death(self, status) if the process ends without being stopped."""
-
-        def wait():
-            rc = self.proc.wait()
-            if not self.stopped:
-                on_death(self, exit_status(rc))
-
-        threading.Thread(target=wait, daemon=True).start()
 
     def stop(self):
         # A kill, not a clean shutdown: the model's memory goes with the process, and nothing
-        # in it is worth saving. The watch thread reaps it.
-        self.stopped = True
+        # in it is worth saving. The front's thread waiting on it reaps it.
         self.proc.kill()
 
 
@@ -144,16 +131,29 @@ class Front:
         self.args = args
         self.lock = threading.Lock()
         self.reload_lock = threading.Lock()
-        self.current = Upstream(args, args.model, None)
-        self.current.watch(self.upstream_died)
+        self.current = None
+        self.make_current(Upstream(args, args.model, None))
 
-    def upstream_died(self, up, status):
+    def make_current(self, new):
+        """Sends new requests to `new`; the server it replaces stops once its requests are
+        answered."""
+        with self.lock:
+            old, self.current = self.current, new
+            idle = old is not None and old.busy == 0
+        # Watched from the moment it serves: a process that has already ended is seen at once.
+        reaper = threading.Thread(target=lambda: self.upstream_ended(new, exit_status(new.proc.wait())))
+        reaper.daemon = True
+        reaper.start()
+        if idle:
+            old.stop()
+
+    def upstream_ended(self, up, status):
+        # A replaced server ends when it is stopped (if it crashed first, its in-flight requests
+        # got 502s). Serving 502s from a front whose model is gone would only hide it: end, so
+        # that clients see the server down and a supervisor sees why.
         if up is self.current:
-            # Serving 502s from a front whose model is gone would only hide it: end, so that
-            # clients see the server down and a supervisor sees why.
             log(f"llama-server serving {up.model_path} ended ({status}): stopping")
             os._exit(1)
-        log(f"the replaced llama-server serving {up.model_path} ended ({status})")
 
     def acquire(self):
         with self.lock:
@@ -164,21 +164,14 @@ class Front:
     def release(self, up):
         with self.lock:
             up.busy -= 1
-            idle = up.retired and up.busy == 0
+            idle = up.busy == 0 and up is not self.current
         if idle:
             up.stop()
 
     def reload(self, model_path, version, lora_path=None):
         with self.reload_lock:
             t0 = time.time()
-            new = Upstream(self.args, model_path, version, lora_path)
-            new.watch(self.upstream_died)
-            with self.lock:
-                old, self.current = self.current, new
-                old.retired = True
-                idle = old.busy == 0
-            if idle:
-                old.stop()
+            self.make_current(Upstream(self.args, model_path, version, lora_path))
             secs = time.time() - t0
             what = model_path if lora_path is None else f"{lora_path} on {model_path}"
             log(f"weights v{version} from {what} in {secs:.2f} s")

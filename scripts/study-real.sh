@@ -87,20 +87,23 @@ report() {
     done
     # The comparison's per-run summary (rule, seed, steps, task, final accuracy, diagnostics).
     cp "$root/main/summary.json" "$docs/summary.json"
-    python3 scripts/study_real_analysis.py "$docs" "$root/main" >"$docs/analysis.json"
+    write_analysis "$root/main"
+}
+
+# The pre-registered analysis of the main runs in RUNS_DIR, with the committed samples, into
+# docs/study-real: analysis.json and report.md.
+write_analysis() { # RUNS_DIR
+    python3 scripts/study_real_analysis.py "$docs" "$1" >"$docs/analysis.json"
     python3 scripts/study_real_analysis.py --report "$docs/analysis.json" >"$docs/report.md"
     echo "study-real: $docs/analysis.json and $docs/report.md" >&2
 }
 
-# The pre-registered analysis from the committed files alone, into docs/study-real.
+# The same from the committed files alone (the runs unpacked into a scratch folder).
 analysis() {
-    local tmp
-    tmp=$(mktemp -d)
-    tar --extract --gzip --file "$docs/runs.tar.gz" --directory "$tmp"
-    python3 scripts/study_real_analysis.py "$docs" "$tmp/$root/main" >"$docs/analysis.json"
-    python3 scripts/study_real_analysis.py --report "$docs/analysis.json" >"$docs/report.md"
-    rm -rf "$tmp"
-    echo "study-real: $docs/analysis.json and $docs/report.md" >&2
+    scratch=$(mktemp -d)
+    trap 'rm -rf "$scratch"' EXIT
+    tar --extract --gzip --file "$docs/runs.tar.gz" --directory "$scratch"
+    write_analysis "$scratch/$root/main"
 }
 
 pack() { scripts/runs-archive.sh pack "$root" "$docs/runs.tar.gz"; }

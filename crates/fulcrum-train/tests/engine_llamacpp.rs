@@ -193,10 +193,9 @@ fn a_push_that_does_not_load_keeps_the_old_model_and_a_dead_model_ends_the_front
     // with it (a front answering 502s would hide that the model is gone).
     let children = server.children()?;
     assert_eq!(children.len(), 1, "llama-server processes: {children:?}");
-    let killed = std::process::Command::new("kill")
-        .args(["-KILL", &children[0].to_string()])
-        .status()?;
-    assert!(killed.success());
+    // SAFETY: signalling a process this test's server started.
+    let rc = unsafe { libc::kill(children[0] as libc::pid_t, libc::SIGKILL) };
+    assert_eq!(rc, 0, "kill {}", children[0]);
     let status = server.exit_within(std::time::Duration::from_secs(30))?;
     assert!(!status.success(), "{status}");
     assert!(c.health().is_err());

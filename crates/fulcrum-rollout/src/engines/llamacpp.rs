@@ -16,7 +16,8 @@
 //!
 //! Weight push: the server cannot swap its model in place, so scripts/llamacpp-server.sh puts a
 //! front before it with `POST /reload_model {model_path, weight_version}` (a second server, a
-//! process of its own, loads the new file, then takes the traffic) and an `X-Weight-Version` header on every reply.
+//! process of its own, loads the new file, then takes the traffic) and an `X-Weight-Version`
+//! header on every reply.
 
 use std::time::Duration;
 
